@@ -1,0 +1,365 @@
+#!/usr/bin/python
+# Copyright: sglang-layouts contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_bench
+short_description: Measure one running SGLang server at a ladder of concurrency levels
+description:
+  - A closed-loop load generator written with the Python standard library only (asyncio, raw HTTP/1.1,
+    Server-Sent Events), so it runs on a bare host C(python3) with no aiohttp.
+  - For every concurrency level it sends O(warmup) requests (not counted), then C(POST /flush_cache)
+    (when O(flush_cache)), then O(num_prompts) streamed requests from O(concurrency) workers; each worker
+    sends its next request as soon as its previous one ended, so exactly O(concurrency) requests are in flight.
+  - Prompts are random token ids (no tokenizer needed) of O(input_len) tokens, distinct for every level and
+    for warmup (no prefix-cache replay); every request asks for O(output_len) tokens with C(ignore_eos).
+  - Every request carries a unique C(rid) in its body, so a server-side log can be matched to it.
+  - Token counts come from the server (C(meta_info.completion_tokens) of C(/generate), C(usage) of the OpenAI
+    routes), never from what was asked.
+  - Progress lines (one when a level starts, one when it ends, one at the end) are appended to O(progress_file)
+    so that a playbook can show each level while the module runs asynchronously.
+version_added: "0.1.0"
+author: sglang-layouts contributors
+options:
+  url:
+    description: Base URL of the server, for example C(http://127.0.0.1:30000).
+    type: str
+    required: true
+  api:
+    description: Which route to load. C(generate) is SGLang's native C(/generate); C(completions) is
+      C(/v1/completions) (token-id prompt); C(chat) is C(/v1/chat/completions) (random common words, about
+      one token each: the server's C(prompt_tokens) are reported).
+    type: str
+    choices: [generate, completions, chat]
+    default: generate
+  concurrency:
+    description: Concurrency levels, run in this order.
+    type: list
+    elements: int
+    default: [1, 2, 4, 8, 16, 32, 64]
+  num_prompts:
+    description:
+      - Measured requests per level. When omitted it grows with the level, C(max(8, min(4 x concurrency, 1024))),
+        so that every stream runs about four requests without a fixed large count at concurrency 1.
+    type: int
+  input_len:
+    description: Prompt length in tokens (fixed).
+    type: int
+    default: 1024
+  output_len:
+    description: Output length in tokens (fixed, C(ignore_eos)).
+    type: int
+    default: 256
+  warmup:
+    description: Warmup requests per level (at most O(concurrency) at once, C(min(output_len, 16)) tokens each);
+      excluded from every figure.
+    type: int
+    default: 1
+  seed:
+    description: Seed of the random prompts (the same seed gives the same prompts).
+    type: int
+    default: 1
+  flush_cache:
+    description: C(POST /flush_cache) after the warmup and before the measured requests of every level.
+    type: bool
+    default: true
+  request_timeout:
+    description: Seconds one request may take (connect to last chunk); a request past it is failed.
+    type: float
+    default: 600
+  api_key:
+    description: Bearer token for servers started with C(--api-key).
+    type: str
+  model:
+    description: Model name for the OpenAI routes; default the first id of C(/v1/models).
+    type: str
+  vocab_size:
+    description: Token ids are drawn from C([100, vocab_size)).
+    type: int
+    default: 32000
+  knee_fraction:
+    description: The knee is the smallest concurrency reaching this fraction of the peak output tok/s.
+    type: float
+    default: 0.9
+  progress_file:
+    description: File the progress lines are appended to; default C(<tmp>/sglang_bench.progress).
+    type: path
+  rid_prefix:
+    description: Prefix of the request ids (C(<prefix>-l<level>-r<n>), warmup C(-w<n>)); default unique per run.
+    type: str
+  keep_requests:
+    description: Also return every request's figures (C(levels[].requests)); for tests and audits.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    details: In check mode no request is sent; the module returns the configuration it would run.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+notes:
+  - The machine that runs the module is the client. Run it on the server's host (C(url) on localhost) or on a
+    host close to it; the client is not the bottleneck at 64 streams (see C(benchmarks/bench_client.py)).
+  - A level whose achieved concurrency (Little's law) is below 90 % of its target gets a warning in
+    C(levels[].warnings) and C(summary.warnings).
+"""
+
+EXAMPLES = r"""
+- name: Benchmark the layout that runs on this host
+  ansible.legacy.sglang_bench:
+    url: http://127.0.0.1:30000
+    concurrency: [1, 4, 16, 64]
+    input_len: 1024
+    output_len: 256
+  register: bench
+
+- name: Single-request speed only, through the OpenAI completions route
+  ansible.legacy.sglang_bench:
+    url: http://127.0.0.1:30000
+    api: completions
+    concurrency: [1]
+    num_prompts: 4
+    api_key: "{{ sglang_api_key }}"
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: The benchmark result, as facts.
+  returned: always
+  type: dict
+  contains:
+    sglang_bench:
+      description: >-
+        Summary, one entry per level, the configuration, what the server said it is, and the formula of every
+        figure. Clock: time.perf_counter() on the client (monotonic); t_start is taken before the TCP connect of
+        a request, t_first_token is the arrival of the first chunk that carries output, t_end the arrival of the
+        last chunk ([DONE] included). All latency figures are over completed requests only.
+        Statistics: mean is the arithmetic mean; pXX is linear interpolation between closest ranks
+        (numpy.percentile's default): x[floor(h)] + (h - floor(h)) x (x[floor(h)+1] - x[floor(h)]),
+        h = (n - 1) x XX / 100.
+      type: dict
+      returned: always
+      contains:
+        summary:
+          description: The figures a layout is compared by.
+          type: dict
+          returned: always
+          contains:
+            single_request_tok_s:
+              description: Mean per-request decode tok/s at concurrency 1, (completion_tokens - 1) / (e2e - ttft);
+                null when 1 is not a level.
+              type: float
+            peak_output_tok_s:
+              description: Max over levels of output_tok_s.
+              type: float
+            peak_concurrency:
+              description: The level where peak_output_tok_s was reached.
+              type: int
+            knee_concurrency:
+              description: Smallest concurrency with output_tok_s >= knee_fraction x peak_output_tok_s.
+              type: int
+            single_request_ttft_ms_p50:
+              description: TTFT p50 at concurrency 1 (also p99, and peak_ttft_ms_p50/p99 at the peak level).
+              type: float
+            peak_tok_s_per_user:
+              description: Mean decode tok/s per request at the peak level.
+              type: float
+            error_rate:
+              description: failed / (completed + failed) over all levels.
+              type: float
+            warnings:
+              description: Achieved concurrency short of target, failed requests, short outputs, a failed
+                /flush_cache, concurrency above the server's max_running_requests.
+              type: list
+              elements: str
+        levels:
+          description: One entry per concurrency level, in the order run.
+          type: list
+          elements: dict
+          returned: always
+          contains:
+            concurrency:
+              description: Target concurrency (number of workers).
+              type: int
+            completed:
+              description: Requests that returned HTTP 200, streamed to the end without an error event and
+                produced at least one token.
+              type: int
+            failed:
+              description: Requests with a non-200 status, a connection error, an error event, a timeout or no
+                token; excluded from every latency and token figure, listed in errors.
+              type: int
+            duration_s:
+              description: t_last_end - t_first_start over the measured requests (warmup excluded).
+              type: float
+            request_s:
+              description: completed / duration_s.
+              type: float
+            output_tok_s:
+              description: sum(completion_tokens of completed requests, as counted by the server) / duration_s.
+              type: float
+            achieved_concurrency:
+              description: Little's law, sum(e2e of every measured request, failed included) / duration_s.
+              type: float
+            ttft_ms:
+              description: Time to first token, t_first_token - t_start; mean, p50, p90, p99.
+              type: dict
+            itl_ms:
+              description: Gaps between the arrivals of consecutive output-carrying chunks of a request (a chunk
+                with k tokens is one gap), pooled over requests; mean, p50, p90, p99.
+              type: dict
+            tpot_ms:
+              description: (e2e - ttft) / (completion_tokens - 1) per request with more than one token; mean,
+                p50, p90, p99.
+              type: dict
+            e2e_ms:
+              description: t_end - t_start; mean, p50, p90, p99.
+              type: dict
+            decode_tok_s:
+              description: Per-request decode speed, (completion_tokens - 1) / (e2e - ttft) = 1000 / tpot_ms;
+                mean, p50, p90, p99.
+              type: dict
+            output_tokens:
+              description: Sum of completion_tokens of completed requests (server count).
+              type: int
+            token_source:
+              description: C(server) when every count came from meta_info / usage, C(chunks) when the server sent
+                no usage and content chunks were counted.
+              type: str
+        config:
+          description: The arguments as run (api_key left out; api_key_set says whether one was used),
+            including the per-level num_prompts and the rid prefix.
+          type: dict
+          returned: always
+        server:
+          description: Best-effort extract of C(/server_info) (version, model_path, tp/pp/ep/dp sizes,
+            max_total_num_tokens, max_running_requests).
+          type: dict
+          returned: always
+        formulas:
+          description: The formula of every figure, as text (also stored in each result record).
+          type: dict
+          returned: always
+progress_file:
+  description: Where the progress lines were written.
+  type: str
+  returned: always
+"""
+
+import os
+import tempfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_layouts.bench import (
+    DEFAULT_CONCURRENCY,
+    FORMULAS,
+    BenchError,
+    make_config,
+    run_benchmark,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", required=True),
+            api=dict(type="str", default="generate", choices=["generate", "completions", "chat"]),
+            concurrency=dict(type="list", elements="int", default=list(DEFAULT_CONCURRENCY)),
+            num_prompts=dict(type="int"),
+            input_len=dict(type="int", default=1024),
+            output_len=dict(type="int", default=256),
+            warmup=dict(type="int", default=1),
+            seed=dict(type="int", default=1),
+            flush_cache=dict(type="bool", default=True),
+            request_timeout=dict(type="float", default=600.0),
+            api_key=dict(type="str", no_log=True),
+            model=dict(type="str"),
+            vocab_size=dict(type="int", default=32000),
+            knee_fraction=dict(type="float", default=0.9),
+            progress_file=dict(type="path"),
+            rid_prefix=dict(type="str"),
+            keep_requests=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        cfg = make_config(
+            p["url"],
+            api=p["api"],
+            concurrency=p["concurrency"],
+            num_prompts=p["num_prompts"],
+            input_len=p["input_len"],
+            output_len=p["output_len"],
+            warmup=p["warmup"],
+            seed=p["seed"],
+            flush_cache=p["flush_cache"],
+            request_timeout=p["request_timeout"],
+            api_key=p["api_key"],
+            model=p["model"],
+            vocab_size=p["vocab_size"],
+            knee_fraction=p["knee_fraction"],
+            rid_prefix=p["rid_prefix"],
+        )
+    except BenchError as exc:
+        module.fail_json(msg=str(exc), failure_class="bench_config")
+
+    progress_file = p["progress_file"] or os.path.join(tempfile.gettempdir(), "sglang_bench.progress")
+    if module.check_mode:
+        module.exit_json(
+            changed=False,
+            msg="check mode: no request sent",
+            progress_file=progress_file,
+            ansible_facts={
+                "sglang_bench": {
+                    "summary": {},
+                    "levels": [],
+                    "config": cfg,
+                    "server": {},
+                    "formulas": FORMULAS,
+                }
+            },
+        )
+
+    parent = os.path.dirname(progress_file)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    with open(progress_file, "a", encoding="utf-8") as fh:
+
+        def progress(line):
+            fh.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+            fh.flush()
+
+        try:
+            result = run_benchmark(
+                cfg, api_key=p["api_key"], progress=progress, keep_requests=p["keep_requests"]
+            )
+        except BenchError as exc:
+            progress(f"bench failed: {exc}")
+            module.fail_json(msg=str(exc), failure_class="bench_unreachable", progress_file=progress_file)
+        except Exception as exc:  # the playbook waits on the progress file: always end it
+            progress(f"bench failed: {type(exc).__name__}: {exc}")
+            raise
+
+    failed_all = result["summary"]["completed"] == 0
+    if failed_all:
+        errors = [e for lv in result["levels"] for e in lv["errors"]]
+        module.fail_json(
+            msg=f"every request failed, e.g. {errors[0]['error'] if errors else 'unknown'}",
+            failure_class="bench_all_failed",
+            evidence={"errors": errors[:10]},
+            progress_file=progress_file,
+            ansible_facts={"sglang_bench": result},
+        )
+    for warning in result["summary"]["warnings"]:
+        module.warn(warning)
+    module.exit_json(changed=False, progress_file=progress_file, ansible_facts={"sglang_bench": result})
+
+
+if __name__ == "__main__":
+    main()

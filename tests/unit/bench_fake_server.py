@@ -1,0 +1,180 @@
+"""A tiny stdlib SGLang stand-in for the load generator's tests (real sockets, real HTTP).
+
+It streams /generate (cumulative meta_info, as SGLang does by default), /v1/completions
+and /v1/chat/completions (usage chunk when asked), answers /health, /server_info,
+/v1/models and /flush_cache, and records per request what it did, so tests compare
+the client's figures with what the server scheduled.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class FakeState:
+    def __init__(self, step_s=0.005, first_s=0.02, fail_every=0, error_every=0, chunked=True, usage=True):
+        self.step_s = step_s
+        self.first_s = first_s
+        self.fail_every = fail_every  # every Nth measured request answers HTTP 500
+        self.error_every = error_every  # every Nth measured request streams an error event
+        self.chunked = chunked
+        self.usage = usage
+        self.lock = threading.Lock()
+        self.count = 0
+        self.flushes = 0
+        self.log = []  # {"rid", "arrival", "first_token", "token_times", "prompt_tokens", "completion_tokens"}
+        self.bodies = []
+        self.inflight = 0
+        self.max_inflight = 0
+
+
+def make_handler(state: FakeState):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1" if state.chunked else "HTTP/1.0"
+
+        def log_message(self, *args):
+            pass
+
+        def _json(self, code, obj):
+            data = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path == "/health":
+                self._json(200, {})
+            elif self.path == "/server_info":
+                self._json(
+                    200, {"version": "fake-1", "max_total_num_tokens": 1000, "max_running_requests": 48}
+                )
+            elif self.path == "/v1/models":
+                self._json(200, {"data": [{"id": "fake-model"}]})
+            else:
+                self._json(404, {"error": "no"})
+
+        def _send_event(self, obj):
+            line = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+            if state.chunked:
+                self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+            else:
+                self.wfile.write(line)
+            self.wfile.flush()
+
+        def do_POST(self):
+            arrival = time.monotonic()
+            n = int(self.headers.get("Content-Length", 0))
+            body = json.loads(self.rfile.read(n) or b"{}")
+            if self.path == "/flush_cache":
+                with state.lock:
+                    state.flushes += 1
+                self._json(200, {"msg": "Cache flushed."})
+                return
+            with state.lock:
+                state.count += 1
+                idx = state.count
+                state.bodies.append(body)
+            rid = body.get("rid")
+            measured = "-r" in (rid or "")
+            if measured and state.fail_every and idx % state.fail_every == 0:
+                self._json(500, {"error": {"message": "boom"}})
+                return
+            if self.path == "/generate":
+                prompt = len(body["input_ids"])
+                out = body["sampling_params"]["max_new_tokens"]
+            else:
+                prompt = len(body.get("prompt") or body["messages"][0]["content"].split())
+                out = body["max_tokens"]
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            if state.chunked:
+                self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            with state.lock:
+                state.inflight += 1
+                state.max_inflight = max(state.max_inflight, state.inflight)
+            times = []
+            try:
+                due = arrival + state.first_s
+                for k in range(1, out + 1):
+                    delay = due - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+                    times.append(time.monotonic())
+                    if measured and state.error_every and idx % state.error_every == 0 and k == 2:
+                        self._send_event({"error": {"message": "aborted"}})
+                        break
+                    if self.path == "/generate":
+                        fin = {"type": "length", "length": out} if k == out else None
+                        self._send_event(
+                            {
+                                "text": "x" * k,
+                                "output_ids": list(range(k)),
+                                "meta_info": {
+                                    "id": rid,
+                                    "prompt_tokens": prompt,
+                                    "completion_tokens": k,
+                                    "finish_reason": fin,
+                                },
+                            }
+                        )
+                    elif self.path == "/v1/completions":
+                        self._send_event(
+                            {"choices": [{"index": 0, "text": "x", "finish_reason": None}], "usage": None}
+                        )
+                    else:
+                        self._send_event(
+                            {"choices": [{"index": 0, "delta": {"content": "x"}}], "usage": None}
+                        )
+                    due += state.step_s
+                if (
+                    self.path != "/generate"
+                    and state.usage
+                    and (body.get("stream_options") or {}).get("include_usage")
+                ):
+                    self._send_event(
+                        {"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": len(times)}}
+                    )
+                self._send_event(b"[DONE]")
+                if state.chunked:
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+            finally:
+                with state.lock:
+                    state.inflight -= 1
+                    state.log.append(
+                        {
+                            "rid": rid,
+                            "arrival": arrival,
+                            "first_token": times[0] if times else None,
+                            "token_times": times,
+                            "prompt_tokens": prompt,
+                            "completion_tokens": len(times),
+                        }
+                    )
+            if not state.chunked:
+                self.close_connection = True
+
+    return Handler
+
+
+class FakeServer:
+    def __init__(self, **kw):
+        self.state = FakeState(**kw)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(self.state))
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()

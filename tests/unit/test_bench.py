@@ -1,0 +1,181 @@
+"""The load generator against a real (stdlib) HTTP server on loopback."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from bench_fake_server import FakeServer
+from sglang_layouts import bench
+
+
+def test_percentile_matches_numpy_linear_method():
+    xs = [5.0, 1.0, 3.0, 2.0, 4.0]
+    assert bench.percentile(xs, 50) == 3.0
+    assert bench.percentile(xs, 90) == pytest.approx(4.6)
+    assert bench.percentile(xs, 99) == pytest.approx(4.96)
+    assert bench.percentile([7.0], 99) == 7.0
+    assert bench.stats([]) == {"mean": None, "p50": None, "p90": None, "p99": None}
+
+
+def test_default_num_prompts_grows_with_concurrency_and_is_bounded():
+    assert bench.default_num_prompts(1) == 8
+    assert bench.default_num_prompts(16) == 64
+    assert bench.default_num_prompts(64) == 256
+    assert bench.default_num_prompts(10_000) == 1024
+    for c in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        assert bench.default_num_prompts(c) >= 4 * c
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"api": "grpc"}, "api must be one of"),
+        ({"concurrency": []}, "concurrency"),
+        ({"concurrency": [0, 2]}, "concurrency"),
+        ({"input_len": 0}, "input_len"),
+        ({"num_prompts": 0}, "num_prompts"),
+        ({"warmup": -1}, "warmup"),
+    ],
+)
+def test_bad_arguments_are_refused(kwargs, needle):
+    with pytest.raises(bench.BenchError, match=needle):
+        bench.make_config("http://127.0.0.1:1", **kwargs)
+
+
+def test_bad_url_is_refused():
+    with pytest.raises(bench.BenchError, match="url"):
+        bench.make_config("127.0.0.1:30000")
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_generate_figures_match_what_the_server_did(chunked):
+    with FakeServer(step_s=0.004, first_s=0.03, chunked=chunked) as srv:
+        cfg = bench.make_config(srv.url, concurrency=[1, 4], input_len=32, output_len=10, warmup=1, seed=7)
+        lines = []
+        out = bench.run_benchmark(cfg, progress=lines.append, keep_requests=True)
+    assert [lv["concurrency"] for lv in out["levels"]] == [1, 4]
+    lv1, lv4 = out["levels"]
+    assert (lv1["completed"], lv1["failed"]) == (8, 0)
+    assert (lv4["completed"], lv4["failed"]) == (16, 0)
+    # token counts are the server's, prompts the asked length
+    assert lv4["output_tokens"] == 16 * 10 and lv4["token_source"] == "server"
+    assert lv4["prompt_tokens"] == 16 * 32
+    # every measured request reached the server with its own rid; warmup rids are distinct
+    log = {e["rid"]: e for e in srv.state.log}
+    rids = [r["rid"] for lv in out["levels"] for r in lv["requests"]]
+    assert len(set(rids)) == len(rids) == 24 and all(r in log for r in rids)
+    assert sum("-w" in r for r in log) == 2
+    assert srv.state.flushes == 2
+    # measured TTFT / ITL vs the server's own schedule (loopback: well under 5 ms)
+    d_ttft, d_itl = [], []
+    for lv in out["levels"]:
+        for r in lv["requests"]:
+            e = log[r["rid"]]
+            d_ttft.append(abs(r["ttft_ms"] - 1000 * (e["first_token"] - e["arrival"])))
+            gaps = [1000 * (b - a) for a, b in zip(e["token_times"], e["token_times"][1:])]
+            d_itl.extend(abs(a - b) for a, b in zip(r["itl_ms"], gaps))
+            assert len(r["itl_ms"]) == 9
+    assert statistics.median(d_ttft) < 5 and statistics.median(d_itl) < 5
+    # formulas hold on the returned figures
+    assert lv1["tpot_ms"]["p50"] == pytest.approx(4.0, abs=1.5)
+    assert lv1["decode_tok_s"]["mean"] == pytest.approx(1000 / lv1["tpot_ms"]["mean"], rel=0.05)
+    assert lv4["output_tok_s"] == pytest.approx(lv4["output_tokens"] / lv4["duration_s"])
+    assert lv4["request_s"] == pytest.approx(16 / lv4["duration_s"])
+    assert 3.2 <= lv4["achieved_concurrency"] <= 4.05
+    assert srv.state.max_inflight == 4
+    s = out["summary"]
+    assert s["single_request_tok_s"] == lv1["decode_tok_s"]["mean"]
+    assert s["peak_concurrency"] == 4 and s["peak_output_tok_s"] == lv4["output_tok_s"]
+    assert s["knee_concurrency"] == 4
+    # progress: start and done per level, then the end
+    assert [ln.split(":")[0] for ln in lines] == [
+        "level c=1 start",
+        "level c=1 done",
+        "level c=4 start",
+        "level c=4 done",
+        "bench finished",
+    ]
+    assert out["server"]["version"] == "fake-1"
+    assert set(out["formulas"]) >= {"ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "achieved_concurrency"}
+    # the measured prompts are random token ids of the asked length, ignore_eos set
+    body = next(b for b in srv.state.bodies if "-r" in b["rid"])
+    assert len(body["input_ids"]) == 32 and body["sampling_params"]["ignore_eos"] is True
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_openai_routes_use_usage_counts(api):
+    with FakeServer(step_s=0.002, first_s=0.01) as srv:
+        cfg = bench.make_config(srv.url, api=api, concurrency=[2], input_len=8, output_len=5, warmup=0)
+        out = bench.run_benchmark(cfg)
+    lv = out["levels"][0]
+    assert lv["completed"] == 8 and lv["token_source"] == "server" and lv["output_tokens"] == 40
+    assert all(b["model"] == "fake-model" and b["stream_options"]["include_usage"] for b in srv.state.bodies)
+    assert all(b["rid"] for b in srv.state.bodies)
+
+
+def test_without_usage_tokens_are_counted_from_chunks_and_said_so():
+    with FakeServer(step_s=0.001, first_s=0.005, usage=False) as srv:
+        cfg = bench.make_config(
+            srv.url, api="completions", concurrency=[1], num_prompts=2, output_len=4, warmup=0
+        )
+        out = bench.run_benchmark(cfg)
+    assert out["levels"][0]["token_source"] == "chunks"
+    assert out["levels"][0]["output_tokens"] == 8
+
+
+def test_failed_requests_are_counted_and_excluded_from_latency():
+    with FakeServer(step_s=0.002, first_s=0.005, fail_every=3, error_every=5) as srv:
+        cfg = bench.make_config(
+            srv.url, concurrency=[2], num_prompts=15, input_len=4, output_len=6, warmup=0, flush_cache=False
+        )
+        out = bench.run_benchmark(cfg, keep_requests=True)
+    lv = out["levels"][0]
+    failed = [r for r in lv["requests"] if not r["ok"]]
+    assert lv["failed"] == len(failed) > 0 and lv["completed"] + lv["failed"] == 15
+    assert {e["error"].split(":")[0] for e in lv["errors"]} <= {"HTTP 500", "server error"}
+    assert lv["output_tokens"] == 6 * lv["completed"]
+    assert all(r["ttft_ms"] is None or r["ok"] is False for r in failed)
+    assert any("failed" in w for w in out["summary"]["warnings"])
+    assert out["summary"]["error_rate"] == pytest.approx(lv["failed"] / 15)
+    assert srv.state.flushes == 0
+
+
+def test_short_of_target_concurrency_is_warned():
+    with FakeServer(step_s=0.001, first_s=0.002) as srv:
+        cfg = bench.make_config(srv.url, concurrency=[8], num_prompts=3, output_len=3, warmup=0)
+        out = bench.run_benchmark(cfg)
+    assert out["levels"][0]["achieved_concurrency"] < 4
+    assert any("achieved" in w and "only 3 requests" in w for w in out["levels"][0]["warnings"])
+
+
+def test_unreachable_server_is_a_clear_error():
+    cfg = bench.make_config("http://127.0.0.1:9", concurrency=[1])
+    with pytest.raises(bench.BenchError, match="not reachable"):
+        bench.run_benchmark(cfg)
+
+
+def test_timeout_fails_the_request_not_the_run():
+    with FakeServer(step_s=0.2, first_s=0.01) as srv:
+        cfg = bench.make_config(
+            srv.url, concurrency=[1], num_prompts=1, output_len=5, warmup=0, request_timeout=0.3
+        )
+        out = bench.run_benchmark(cfg)
+    lv = out["levels"][0]
+    assert lv["failed"] == 1 and lv["errors"][0]["error"].startswith("timeout")
+
+
+def test_knee_is_the_first_level_near_the_peak():
+    def lv(c, tok):
+        return {
+            "concurrency": c,
+            "completed": 1,
+            "failed": 0,
+            "output_tok_s": tok,
+            "decode_tok_s": bench.stats([1.0]),
+            "ttft_ms": bench.stats([1.0]),
+            "warnings": [],
+        }
+
+    s = bench.summarize([lv(1, 10), lv(2, 19), lv(4, 35), lv(8, 60), lv(16, 66), lv(32, 70), lv(64, 69)])
+    assert s["peak_concurrency"] == 32 and s["knee_concurrency"] == 16
