@@ -1,0 +1,57 @@
+"""Filters over the planner (module_utils/sglang_layouts): thin, no rules of their own."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleFilterError
+
+# The planner is plain Python shared with the modules and the simulator.
+_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
+if _MODULE_UTILS not in sys.path:
+    sys.path.insert(0, _MODULE_UTILS)
+
+from sglang_layouts import planner  # noqa: E402
+from sglang_layouts.plan_table import plan_table  # noqa: E402
+
+
+def sglang_plan(inputs):
+    """sglang_plan_inputs -> the plan document (docs/ARCHITECTURE.md)."""
+    try:
+        return planner.plan_host(_plain(inputs))
+    except planner.PlanError as e:
+        raise AnsibleFilterError(f"sglang_plan: {e}") from e
+
+
+def sglang_layout_plan(plan, name):
+    """One layout of a plan document, or an error naming the known layouts."""
+    try:
+        return planner.layout_plan(_plain(plan), name)
+    except planner.PlanError as e:
+        raise AnsibleFilterError(f"sglang_layout_plan: {e}") from e
+
+
+def sglang_plan_table(plan):
+    """The plan as text lines (layout, GPUs, GiB/GPU, budget, KV tokens, verdict, reason)."""
+    return plan_table(_plain(plan))
+
+
+def _plain(value):
+    """Ansible's lazy containers and tagged strings -> plain Python (json round-trip types)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "sglang_plan": sglang_plan,
+            "sglang_layout_plan": sglang_layout_plan,
+            "sglang_plan_table": sglang_plan_table,
+        }

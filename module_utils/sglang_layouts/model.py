@@ -1,0 +1,517 @@
+"""What a checkpoint holds: its architecture, quantization and every weight tensor.
+
+The planner needs, for each weight, its size and how SGLang shards it. This
+module produces that inventory either from the Hugging Face ``config.json``
+(mode ``config``: shapes derived the way SGLang builds the model) or from the
+``*.safetensors`` headers when the weights are on this machine (mode
+``safetensors``: exact sizes). Sharding rules live in planner.py; here a tensor
+only says *which kind* of split applies (see ``SHARD_KINDS``).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+
+GIB = 1024**3
+
+
+class PlanError(ValueError):
+    """Bad input. The message says what is wrong and what to do."""
+
+
+# How a tensor is split across the ranks of one pipeline stage.
+SHARD_KINDS = (
+    "replicated",  # every rank holds all of it (norms, router, MLA down-projections)
+    "attn_tp",  # split over the attention-TP group (tp / dp under dp-attention)
+    "kv_heads",  # GQA k/v projections: split over attn_tp, but never below one head
+    "tp",  # split over the whole TP group (dense MLP, shared experts, lm_head)
+    "vocab",  # vocab-parallel embedding: over TP, replicated under dp-attention
+    "experts",  # routed experts: E/ep experts per rank, each sliced tp/ep ways => 1/tp
+)
+
+# Where a tensor lives along the pipeline.
+STAGE_FIRST = -1  # embedding (and a vision tower): first PP stage
+STAGE_LAST = -2  # final norm and lm_head: last PP stage
+
+# Supported text architectures -> attention/MLP family.
+ARCH_FAMILIES = {
+    "DeepseekV3ForCausalLM": "mla_moe",
+    "DeepseekV2ForCausalLM": "mla_moe",
+    "Qwen3MoeForCausalLM": "gqa_moe",
+    "LlamaForCausalLM": "dense",
+    "MistralForCausalLM": "dense",
+    "Qwen2ForCausalLM": "dense",
+    "Qwen3ForCausalLM": "dense",
+}
+# Multimodal wrappers whose text model is one of the above (config under text_config).
+WRAPPER_ARCHITECTURES = {
+    "KimiK25ForConditionalGeneration": "DeepseekV3ForCausalLM",
+}
+SUPPORTED_ARCHITECTURES = tuple(ARCH_FAMILIES) + tuple(WRAPPER_ARCHITECTURES)
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1, "auto": None}
+SAFETENSORS_DTYPE_BYTES = {
+    "F64": 8,
+    "I64": 8,
+    "U64": 8,
+    "F32": 4,
+    "I32": 4,
+    "U32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I16": 2,
+    "U16": 2,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+}
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One weight (or a group of identical per-expert weights) of the checkpoint."""
+
+    name: str
+    nbytes: int
+    shard: str
+    stage: int  # layer index, STAGE_FIRST or STAGE_LAST
+    component: str  # embed, lm_head, attention, dense_mlp, routed_experts, shared_experts, router, norms, vision
+
+
+@dataclass(frozen=True)
+class Linear:
+    """A quantizable linear layer: shapes matter for block/group divisibility."""
+
+    name: str
+    in_features: int
+    out_features: int
+    split: str  # "column" (out split), "row" (in split) or "none"
+    shard: str
+    component: str
+    experts: int = 1  # >1 for a fused routed-expert weight group
+
+
+@dataclass(frozen=True)
+class Quantization:
+    method: str  # none | fp8_block | int4_group
+    weight_bits: int = 16
+    block: tuple[int, int] | None = None  # fp8: (block_n = out, block_k = in)
+    group_size: int | None = None  # int4: scales per group of inputs
+    ignore: tuple[str, ...] = ()
+    param_bytes: int = 2  # unquantized parameters (bf16)
+
+    def is_quantized(self, module: str) -> bool:
+        if self.method == "none":
+            return False
+        for pattern in self.ignore:
+            if pattern.startswith("re:"):
+                if re.match(pattern[3:], module):
+                    return False
+            elif module == pattern or module.endswith("." + pattern):
+                return False
+        return True
+
+    def describe(self) -> str:
+        if self.method == "fp8_block":
+            return f"fp8 with {self.block[0]}x{self.block[1]} weight blocks"
+        if self.method == "int4_group":
+            return f"int4 (compressed-tensors pack-quantized, group size {self.group_size})"
+        return "unquantized"
+
+
+@dataclass
+class ModelSpec:
+    name: str
+    path: str
+    architecture: str  # the text architecture
+    family: str
+    config: dict  # the text config
+    quant: Quantization
+    mode: str = "config"
+    vision_bytes: int = 0
+    tensors: list[Tensor] = field(default_factory=list)
+    linears: list[Linear] = field(default_factory=list)
+
+    # -- config shortcuts ---------------------------------------------------
+    def get(self, key, default=None):
+        return self.config.get(key, default)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.config["num_hidden_layers"])
+
+    @property
+    def max_context(self) -> int | None:
+        v = self.config.get("max_position_embeddings")
+        return int(v) if v else None
+
+    @property
+    def is_moe(self) -> bool:
+        return self.family in ("mla_moe", "gqa_moe")
+
+    @property
+    def n_experts(self) -> int:
+        return int(self.config.get("n_routed_experts") or self.config.get("num_experts") or 0)
+
+    @property
+    def top_k(self) -> int:
+        return int(self.config.get("num_experts_per_tok") or 0)
+
+    @property
+    def num_heads(self) -> int:
+        return int(self.config["num_attention_heads"])
+
+    @property
+    def num_kv_heads(self) -> int:
+        return int(self.config.get("num_key_value_heads") or self.num_heads)
+
+    def is_moe_layer(self, layer: int) -> bool:
+        c = self.config
+        if self.family == "mla_moe":
+            return self.n_experts > 0 and layer >= int(c.get("first_k_dense_replace", 0)) and (
+                layer % int(c.get("moe_layer_freq", 1)) == 0
+            )
+        if self.family == "gqa_moe":
+            if layer in (c.get("mlp_only_layers") or []):
+                return False
+            step = int(c.get("decoder_sparse_step", 1) or 1)
+            return self.n_experts > 0 and (layer + 1) % step == 0
+        return False
+
+    def kv_bytes_per_token_per_layer(self, attn_tp: int, kv_dtype_bytes: int) -> int:
+        """KV cache bytes one token costs on one rank for one layer."""
+        c = self.config
+        if self.family == "mla_moe":
+            # MLA caches the compressed latent plus the rope key, replicated on every rank.
+            return (int(c["kv_lora_rank"]) + int(c["qk_rope_head_dim"])) * kv_dtype_bytes
+        head_dim = int(c.get("head_dim") or int(c["hidden_size"]) // self.num_heads)
+        heads_per_rank = max(1, self.num_kv_heads // attn_tp)
+        return heads_per_rank * head_dim * 2 * kv_dtype_bytes
+
+
+# ---------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as e:
+        raise PlanError(f"cannot read {path}: {e.strerror}") from e
+    except json.JSONDecodeError as e:
+        raise PlanError(f"{path} is not valid JSON ({e.msg} at line {e.lineno})") from e
+
+
+def _hf_config(model: dict) -> tuple[dict, str]:
+    """The model's config.json as a mapping, and where it came from."""
+    if model.get("hf_config"):
+        if not isinstance(model["hf_config"], dict):
+            raise PlanError("sglang_model.hf_config must be a mapping (the model's config.json)")
+        return model["hf_config"], "sglang_model.hf_config"
+    if model.get("hf_config_file"):
+        return _read_json(str(model["hf_config_file"])), str(model["hf_config_file"])
+    path = model.get("path")
+    if path and os.path.isfile(os.path.join(str(path), "config.json")):
+        p = os.path.join(str(path), "config.json")
+        return _read_json(p), p
+    raise PlanError(
+        f"no config.json for model {model.get('name', '?')!r}: set sglang_model.hf_config (the config as a "
+        f"mapping) or sglang_model.hf_config_file (a path on the controller), or make "
+        f"{path or 'sglang_model.path'}/config.json readable on the controller"
+    )
+
+
+def _quantization(qc: dict | None, torch_dtype: str) -> Quantization:
+    param_bytes = DTYPE_BYTES.get(torch_dtype or "bfloat16") or 2
+    if not qc:
+        return Quantization("none", weight_bits=param_bytes * 8, param_bytes=param_bytes)
+    method = qc.get("quant_method")
+    if method == "fp8":
+        block = qc.get("weight_block_size")
+        if not block or len(block) != 2:
+            raise PlanError("fp8 quantization without weight_block_size [n, k] is not supported yet")
+        ignore = tuple(qc.get("ignored_layers") or qc.get("modules_to_not_convert") or ())
+        return Quantization("fp8_block", 8, (int(block[0]), int(block[1])), None, ignore, param_bytes)
+    if method == "compressed-tensors":
+        groups = list((qc.get("config_groups") or {}).values())
+        if len(groups) != 1:
+            raise PlanError("compressed-tensors with several config_groups is not supported yet")
+        w = groups[0].get("weights") or {}
+        fmt = qc.get("format") or groups[0].get("format")
+        if fmt == "pack-quantized" and w.get("type") == "int" and int(w.get("num_bits", 0)) == 4:
+            if w.get("strategy") != "group" or not w.get("group_size"):
+                raise PlanError("compressed-tensors int4 needs strategy 'group' with a group_size")
+            return Quantization(
+                "int4_group", 4, None, int(w["group_size"]), tuple(qc.get("ignore") or ()), param_bytes
+            )
+        raise PlanError(
+            f"compressed-tensors format {fmt!r} with {w.get('num_bits')}-bit {w.get('type')} weights is not "
+            "supported yet (supported: pack-quantized int4 with group scales)"
+        )
+    raise PlanError(
+        f"quantization {method!r} is not supported yet (supported: none/bf16/fp16, fp8 with "
+        "weight_block_size, compressed-tensors pack-quantized int4)"
+    )
+
+
+def load_model(model: dict) -> ModelSpec:
+    """Build the weight inventory of ``model`` (the ``sglang_model`` mapping)."""
+    if not isinstance(model, dict) or not model.get("name"):
+        raise PlanError("sglang_model must be a mapping with at least name and path (or hf_config)")
+    raw, _source = _hf_config(model)
+    archs = raw.get("architectures") or []
+    arch = archs[0] if archs else None
+    config = raw
+    vision_bytes = 0
+    if arch in WRAPPER_ARCHITECTURES:
+        config = dict(raw.get("text_config") or {})
+        if not config:
+            raise PlanError(f"{arch} config has no text_config")
+        text_arch = (config.get("architectures") or [WRAPPER_ARCHITECTURES[arch]])[0]
+        vision_bytes = _vision_tower_bytes(raw.get("vision_config") or {})
+        if "quantization_config" not in config and raw.get("quantization_config"):
+            config["quantization_config"] = raw["quantization_config"]
+        arch = text_arch
+    if arch not in ARCH_FAMILIES:
+        raise PlanError(
+            f"architecture {archs[0] if archs else None!r} is not supported; supported: "
+            + ", ".join(SUPPORTED_ARCHITECTURES)
+        )
+    quant = _quantization(config.get("quantization_config"), config.get("torch_dtype") or raw.get("torch_dtype"))
+    spec = ModelSpec(
+        name=str(model["name"]),
+        path=str(model.get("path") or ""),
+        architecture=arch,
+        family=ARCH_FAMILIES[arch],
+        config=config,
+        quant=quant,
+        vision_bytes=vision_bytes,
+    )
+    spec.linears = _linears(spec)
+    shards = _safetensors_files(spec.path)
+    if shards:
+        spec.tensors = _tensors_from_safetensors(spec, shards)
+        spec.mode = "safetensors"
+    else:
+        spec.tensors = _tensors_from_config(spec)
+    return spec
+
+
+def _vision_tower_bytes(vc: dict) -> int:
+    """MoonViT-style tower (+ projector), BF16, replicated on every rank."""
+    hidden = int(vc.get("vt_hidden_size") or vc.get("hidden_size") or 0)
+    layers = int(vc.get("vt_num_hidden_layers") or vc.get("num_hidden_layers") or 0)
+    inter = int(vc.get("vt_intermediate_size") or vc.get("intermediate_size") or 4 * hidden)
+    if not hidden or not layers:
+        return 0
+    per_layer = 4 * hidden * hidden + 2 * hidden * inter + 4 * hidden
+    merge = vc.get("merge_kernel_size") or [2, 2]
+    text_hidden = int(vc.get("text_hidden_size") or hidden)
+    mm_in = hidden * int(merge[0]) * int(merge[1])
+    projector = mm_in * mm_in + mm_in * text_hidden
+    return 2 * (layers * per_layer + projector)
+
+
+# ---------------------------------------------------------------------------
+# Config mode: the linears and tensors SGLang builds
+# ---------------------------------------------------------------------------
+
+
+def _linears(spec: ModelSpec) -> list[Linear]:
+    """Every quantizable linear of one representative layer of each kind (layer index 'L')."""
+    c = spec.config
+    h = int(c["hidden_size"])
+    out: list[Linear] = []
+    if spec.family == "mla_moe":
+        heads = spec.num_heads
+        nope, rope, v = int(c["qk_nope_head_dim"]), int(c["qk_rope_head_dim"]), int(c["v_head_dim"])
+        kv_lora = int(c["kv_lora_rank"])
+        q_lora = c.get("q_lora_rank")
+        a = "model.layers.L.self_attn."
+        if q_lora:
+            out += [
+                Linear(a + "q_a_proj", h, int(q_lora), "none", "replicated", "attention"),
+                Linear(a + "q_b_proj", int(q_lora), heads * (nope + rope), "column", "attn_tp", "attention"),
+            ]
+        else:
+            out.append(Linear(a + "q_proj", h, heads * (nope + rope), "column", "attn_tp", "attention"))
+        out += [
+            Linear(a + "kv_a_proj_with_mqa", h, kv_lora + rope, "none", "replicated", "attention"),
+            Linear(a + "kv_b_proj", kv_lora, heads * (nope + v), "column", "attn_tp", "attention"),
+            Linear(a + "o_proj", heads * v, h, "row", "attn_tp", "attention"),
+        ]
+    else:
+        heads, kv = spec.num_heads, spec.num_kv_heads
+        hd = int(c.get("head_dim") or h // heads)
+        a = "model.layers.L.self_attn."
+        out += [
+            Linear(a + "q_proj", h, heads * hd, "column", "attn_tp", "attention"),
+            Linear(a + "k_proj", h, kv * hd, "column", "kv_heads", "attention"),
+            Linear(a + "v_proj", h, kv * hd, "column", "kv_heads", "attention"),
+            Linear(a + "o_proj", heads * hd, h, "row", "attn_tp", "attention"),
+        ]
+    inter = int(c.get("intermediate_size") or 0)
+    m = "model.layers.L.mlp."
+    if inter:
+        out += [
+            Linear(m + "gate_proj", h, inter, "column", "tp", "dense_mlp"),
+            Linear(m + "up_proj", h, inter, "column", "tp", "dense_mlp"),
+            Linear(m + "down_proj", inter, h, "row", "tp", "dense_mlp"),
+        ]
+    if spec.is_moe:
+        mi = int(c["moe_intermediate_size"])
+        e = spec.n_experts
+        out += [
+            Linear(m + "experts.E.gate_proj", h, mi, "column", "experts", "routed_experts", e),
+            Linear(m + "experts.E.up_proj", h, mi, "column", "experts", "routed_experts", e),
+            Linear(m + "experts.E.down_proj", mi, h, "row", "experts", "routed_experts", e),
+        ]
+        shared = int(c.get("n_shared_experts") or 0)
+        if shared:
+            si = mi * shared
+            out += [
+                Linear(m + "shared_experts.gate_proj", h, si, "column", "tp", "shared_experts"),
+                Linear(m + "shared_experts.up_proj", h, si, "column", "tp", "shared_experts"),
+                Linear(m + "shared_experts.down_proj", si, h, "row", "tp", "shared_experts"),
+            ]
+    return out
+
+
+def linear_bytes(quant: Quantization, lin: Linear, layer: int | str = 0) -> int:
+    """Bytes of one linear (all its experts) as stored: weight + scales."""
+    name = lin.name.replace(".L.", f".{layer}.").replace(".E.", ".0.")
+    params = lin.in_features * lin.out_features * lin.experts
+    if not quant.is_quantized(name):
+        return params * quant.param_bytes
+    if quant.method == "fp8_block":
+        bn, bk = quant.block
+        scales = -(-lin.out_features // bn) * -(-lin.in_features // bk) * lin.experts
+        return params + scales * 4
+    # int4, 8 values per int32, one bf16 scale per group of inputs
+    scales = (lin.in_features // quant.group_size) * lin.out_features * lin.experts
+    return params // 2 + scales * quant.param_bytes
+
+
+def _tensors_from_config(spec: ModelSpec) -> list[Tensor]:
+    c = spec.config
+    h = int(c["hidden_size"])
+    vocab = int(c["vocab_size"])
+    pb = spec.quant.param_bytes
+    tensors: list[Tensor] = []
+    if spec.vision_bytes:
+        tensors.append(Tensor("vision_tower", spec.vision_bytes, "replicated", STAGE_FIRST, "vision"))
+    tensors.append(Tensor("model.embed_tokens.weight", vocab * h * pb, "vocab", STAGE_FIRST, "embed"))
+    for layer in range(spec.num_layers):
+        moe = spec.is_moe_layer(layer)
+        for lin in spec.linears:
+            if lin.component == "dense_mlp" and moe:
+                continue
+            if lin.component in ("routed_experts", "shared_experts") and not moe:
+                continue
+            name = lin.name.replace(".L.", f".{layer}.")
+            tensors.append(Tensor(name, linear_bytes(spec.quant, lin, layer), lin.shard, layer, lin.component))
+        norms = 2 * h
+        if spec.family == "mla_moe":
+            norms += int(c["kv_lora_rank"]) + int(c.get("q_lora_rank") or 0)
+        tensors.append(Tensor(f"model.layers.{layer}.norms", norms * pb, "replicated", layer, "norms"))
+        if moe:
+            e = spec.n_experts
+            # router weight in the model dtype, plus the fp32 score-correction bias (DeepSeek-V3 style)
+            bias = e * 4 if c.get("topk_method") == "noaux_tc" else 0
+            tensors.append(Tensor(f"model.layers.{layer}.mlp.gate", e * h * pb + bias, "replicated", layer, "router"))
+    tensors.append(Tensor("model.norm.weight", h * pb, "replicated", STAGE_LAST, "norms"))
+    if not c.get("tie_word_embeddings"):
+        tensors.append(Tensor("lm_head.weight", vocab * h * pb, "tp", STAGE_LAST, "lm_head"))
+    return tensors
+
+
+# ---------------------------------------------------------------------------
+# Safetensors mode: exact sizes from the headers (a few KB per file)
+# ---------------------------------------------------------------------------
+
+
+def _safetensors_files(path: str) -> list[str]:
+    if not path or not os.path.isdir(path):
+        return []
+    return sorted(glob.glob(os.path.join(path, "*.safetensors")))
+
+
+def read_safetensors_header(path: str) -> dict:
+    """The JSON header of one .safetensors file: {tensor: {dtype, shape, data_offsets}}."""
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) != 8:
+            raise PlanError(f"{path} is not a safetensors file (shorter than its 8-byte header length)")
+        (n,) = struct.unpack("<Q", raw)
+        if n > 100 * 1024 * 1024:
+            raise PlanError(f"{path}: header length {n} is implausible; is it a safetensors file?")
+        try:
+            header = json.loads(f.read(n))
+        except json.JSONDecodeError as e:
+            raise PlanError(f"{path}: unreadable safetensors header ({e.msg})") from e
+    header.pop("__metadata__", None)
+    return header
+
+
+_LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def classify_tensor(spec: ModelSpec, name: str) -> tuple[str, str, int]:
+    """(component, shard kind, stage) of a checkpoint tensor, by SGLang's module structure."""
+    if "vision_tower" in name or "mm_projector" in name or "visual" in name:
+        return "vision", "replicated", STAGE_FIRST
+    if name.endswith("embed_tokens.weight"):
+        return "embed", "vocab", STAGE_FIRST
+    if name.startswith("lm_head") or ".lm_head." in name:
+        return "lm_head", "tp", STAGE_LAST
+    m = _LAYER_RE.search(name)
+    if not m:
+        return "norms", "replicated", STAGE_LAST  # model.norm and other stragglers
+    layer = int(m.group(1))
+    if layer >= spec.num_layers:  # MTP / nextn layers: SGLang does not load them without speculative decoding
+        return "skip", "replicated", layer
+    if ".mlp.experts." in name:
+        return "routed_experts", "experts", layer
+    if ".shared_expert" in name:
+        return "shared_experts", "tp", layer
+    if ".mlp.gate." in name or name.endswith(".mlp.gate.weight") or "e_score_correction_bias" in name:
+        return "router", "replicated", layer
+    if ".mlp." in name:
+        return "dense_mlp", "tp", layer
+    if ".self_attn." in name:
+        leaf = name.split(".self_attn.")[1]
+        if leaf.startswith(("q_a_proj", "kv_a_proj_with_mqa")) or "layernorm" in leaf or "norm" in leaf:
+            return "attention", "replicated", layer
+        if leaf.startswith(("k_proj", "v_proj")):
+            return "attention", "kv_heads", layer
+        return "attention", "attn_tp", layer
+    return "norms", "replicated", layer
+
+
+def _tensors_from_safetensors(spec: ModelSpec, files: list[str]) -> list[Tensor]:
+    tensors: list[Tensor] = []
+    for path in files:
+        for name, meta in read_safetensors_header(path).items():
+            try:
+                size = SAFETENSORS_DTYPE_BYTES[meta["dtype"]]
+                nbytes = size
+                for d in meta["shape"]:
+                    nbytes *= int(d)
+            except KeyError as e:
+                raise PlanError(f"{path}: tensor {name} has an unknown dtype {meta.get('dtype')!r}") from e
+            component, shard, stage = classify_tensor(spec, name)
+            if component == "skip":
+                continue
+            tensors.append(Tensor(name, nbytes, shard, stage, component))
+    if not tensors:
+        raise PlanError(f"no tensors found in the safetensors files under {spec.path}")
+    return tensors

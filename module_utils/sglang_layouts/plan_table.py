@@ -1,0 +1,58 @@
+"""The plan as a fixed-width table for the console (plan.yml, README)."""
+
+from __future__ import annotations
+
+COLUMNS = ("layout", "GPUs", "weights GiB/GPU", "budget GiB", "KV tokens", "verdict", "reason")
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.1f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def short_reason(entry: dict) -> str:
+    """The first sentence of the deciding reason, without the layout name."""
+    texts = entry["reasons"] or ([] if entry["verdict"] == "fits" else ["-"])
+    if entry["failure"] == "oom_at_load":
+        return "weights do not fit in GPU memory at load"
+    if entry["failure"] == "kv_no_memory":
+        return "no memory left for the KV cache"
+    if not texts:
+        return ""
+    text = texts[0].split(": ", 1)[-1]
+    return text.split(". ")[0].split(" (")[0]
+
+
+def plan_table(plan: dict) -> list[str]:
+    rows = [
+        (
+            e["name"],
+            f"{e['gpus_used']} of {plan['hardware']['gpu_count'] * e['nnodes']}",
+            _fmt(e["weights_gib_per_gpu"]),
+            _fmt(e["budget_gib"]),
+            _fmt(e["kv_tokens"]),
+            e["verdict"],
+            short_reason(e),
+        )
+        for e in plan["layouts"]
+    ]
+    widths = [max(len(str(r[i])) for r in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
+    line = "  ".join(f"{{:{'>' if 0 < i < 5 else '<'}{w}}}" for i, w in enumerate(widths)).rstrip()
+    out = [
+        f"{plan['host']}: {plan['model']['name']} ({plan['model']['architecture']}, {plan['model']['quantization']}; "
+        f"sizes from {plan['mode']}) on {plan['hardware']['gpu_count']} x {plan['hardware']['gpu_memory_gib']:g} GiB "
+        f"{plan['hardware']['gpu_interconnect']}",
+        line.format(*COLUMNS),
+    ]
+    out += [line.format(*r) for r in rows]
+    for e in plan["layouts"]:
+        for reason in e["reasons"]:
+            out.append(f"  {e['verdict']}: {reason}")
+        for note in e["notes"]:
+            out.append(f"  note: {note}")
+    return out

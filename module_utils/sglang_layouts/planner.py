@@ -1,0 +1,798 @@
+"""The planner: SGLang's parallelism rules and the per-rank memory model.
+
+One source of truth: the filter plugins, the modules, the simulator and the
+report import this module; nothing else restates its rules.
+
+Semantics (SGLang 0.5.x, see docs/planner.md for sources):
+  * GPUs used = tp x pp, times dp only when dp runs replicas (no dp-attention).
+  * ep carves the experts out of the TP group: each rank holds E/ep experts,
+    each sliced moe_tp = tp/ep ways, so ep must divide tp.
+  * dp-attention splits attention into dp groups inside TP: attn_tp = tp/dp.
+  * KV budget: mem_fraction_static of the memory free before load holds the
+    weights plus the KV pool; whatever the weights leave is the pool.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+from functools import lru_cache
+
+from .model import (
+    GIB,
+    STAGE_FIRST,
+    STAGE_LAST,
+    SUPPORTED_ARCHITECTURES,
+    ModelSpec,
+    PlanError,
+    linear_bytes,
+    load_model,
+)
+from .render import render_argv, render_env, unit_name
+
+__all__ = [
+    "LAYOUT_KEYS",
+    "SUPPORTED_ARCHITECTURES",
+    "PlanError",
+    "allocation_sequence",
+    "load_model",
+    "plan_host",
+    "plan_layout",
+    "sglang_flags",
+]
+
+PLAN_SCHEMA = "sglang-layouts/plan/v1"
+
+LAYOUT_KEYS = {
+    "name": "unique name, used in the unit name",
+    "tp": "tensor parallel size (--tp-size)",
+    "pp": "pipeline parallel size (--pp-size)",
+    "ep": "expert parallel size inside the TP group (--ep-size)",
+    "dp": "data parallel size (--dp-size)",
+    "enable_dp_attention": "data-parallel attention inside the TP group (--enable-dp-attention)",
+    "nnodes": "number of hosts the layout spans (--nnodes)",
+    "gpus": "device ids to use on each host (CUDA_VISIBLE_DEVICES)",
+    "port": "HTTP port (default sglang_base_port)",
+    "args": "extra SGLang flags as a mapping, e.g. {kv_cache_dtype: fp8_e4m3}",
+    "env": "extra environment variables for the server",
+    "replicas": "independent copies of the layout behind a router",
+    "engine": "sglang (default) or sim",
+}
+
+# CUDA context, cuBLAS/NCCL handles: memory gone before SGLang measures what is free.
+CUDA_CONTEXT_GIB = 0.5
+# Below this, the memory outside the static pool (CUDA graphs, activations) is tight.
+MIN_DYNAMIC_GIB = 2.0
+# Weight load also needs room for one layer's transient copy (INT4 Marlin repack etc.).
+TRANSIENT_LAYERS = 1
+
+
+@lru_cache(maxsize=1)
+def sglang_flags() -> dict:
+    """Flags of the pinned SGLang, as its own parser declares them (data/sglang_flags.json)."""
+    path = os.path.join(os.path.dirname(__file__), "data", "sglang_flags.json")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _flag_index() -> dict[str, str]:
+    """Every spelling (incl. aliases) -> canonical flag."""
+    index = {}
+    for flag, meta in sglang_flags()["flags"].items():
+        index[flag] = flag
+        for alias in meta.get("aliases") or ():
+            index[alias] = flag
+    return index
+
+
+# ---------------------------------------------------------------------------
+# Input normalisation
+# ---------------------------------------------------------------------------
+
+
+def _int(value, what: str, minimum: int = 1) -> int:
+    if isinstance(value, bool):
+        raise PlanError(f"{what} must be an integer, not {value!r}")
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise PlanError(f"{what} must be an integer, not {value!r}") from None
+    if n != float(value) or n < minimum:
+        raise PlanError(f"{what} must be an integer >= {minimum}, not {value!r}")
+    return n
+
+
+def _float(value, what: str) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise PlanError(f"{what} must be a number, not {value!r}") from None
+
+
+def _bool(value, what: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "yes", "1", "false", "no", "0"):
+        return value.lower() in ("true", "yes", "1")
+    raise PlanError(f"{what} must be true or false, not {value!r}")
+
+
+def normalize_layout(layout: dict) -> dict:
+    if not isinstance(layout, dict):
+        raise PlanError(f"each entry of sglang_layouts must be a mapping, not {layout!r}")
+    name = layout.get("name")
+    if not name or not isinstance(name, str):
+        raise PlanError(f"layout {layout!r} has no name: every entry of sglang_layouts needs name:")
+    unknown = sorted(set(layout) - set(LAYOUT_KEYS))
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, LAYOUT_KEYS, n=1)
+            hints.append(f"{key}" + (f" (did you mean {close[0]}?)" if close else ""))
+        raise PlanError(
+            f"layout {name}: unknown key(s) {', '.join(hints)}. Known keys: {', '.join(LAYOUT_KEYS)}; "
+            "other SGLang flags go under args:"
+        )
+    where = f"layout {name}:"
+    out = {
+        "name": name,
+        "tp": _int(layout.get("tp", 1), f"{where} tp"),
+        "pp": _int(layout.get("pp", 1), f"{where} pp"),
+        "ep": _int(layout.get("ep", 1), f"{where} ep"),
+        "dp": _int(layout.get("dp", 1), f"{where} dp"),
+        "enable_dp_attention": _bool(layout.get("enable_dp_attention", False), f"{where} enable_dp_attention"),
+        "nnodes": _int(layout.get("nnodes", 1), f"{where} nnodes"),
+        "replicas": _int(layout.get("replicas", 1), f"{where} replicas"),
+        "port": _int(layout["port"], f"{where} port") if layout.get("port") is not None else None,
+        "gpus": None,
+        "args": dict(layout.get("args") or {}),
+        "env": {str(k): str(v) for k, v in (layout.get("env") or {}).items()},
+        "engine": layout.get("engine"),
+    }
+    if out["port"] is not None and out["port"] > 65535:
+        raise PlanError(f"{where} port {out['port']} is not a TCP port (1-65535)")
+    if layout.get("gpus") is not None:
+        gpus = layout["gpus"]
+        if isinstance(gpus, str):
+            gpus = [g for g in gpus.split(",") if g.strip()]
+        out["gpus"] = [_int(g, f"{where} gpus entry", minimum=0) for g in gpus]
+    if not isinstance(layout.get("args") or {}, dict):
+        raise PlanError(f"{where} args must be a mapping of SGLang flags, e.g. {{kv_cache_dtype: fp8_e4m3}}")
+    return out
+
+
+# Flags the planner renders from structured keys: a layout's args: may not set them.
+STRUCTURAL_FLAGS = {
+    "--model-path": "sglang_model.path",
+    "--tp-size": "tp:",
+    "--pp-size": "pp:",
+    "--ep-size": "ep:",
+    "--dp-size": "dp:",
+    "--enable-dp-attention": "enable_dp_attention:",
+    "--nnodes": "nnodes:",
+    "--node-rank": "nnodes: (ranks follow the inventory order)",
+    "--dist-init-addr": "nnodes: (the address of the first host)",
+    "--port": "port:",
+}
+# Flags with a serving-wide default that a layout's args: may override.
+SERVING_FLAGS = {
+    "--mem-fraction-static": "mem_fraction_static",
+    "--context-length": "context_length",
+    "--max-running-requests": "max_running_requests",
+    "--attention-backend": "attention_backend",
+    "--grammar-backend": "grammar_backend",
+    "--host": "host",
+    "--kv-cache-dtype": "kv_cache_dtype",
+}
+
+
+def canonical_args(name: str, args: dict) -> dict[str, object]:
+    """A layout's args: mapping with keys as the pinned SGLang's canonical flags."""
+    index = _flag_index()
+    version = sglang_flags().get("sglang_version", "?")
+    out = {}
+    for key, value in args.items():
+        spelled = str(key) if str(key).startswith("--") else "--" + str(key).replace("_", "-")
+        flag = index.get(spelled)
+        if flag is None:
+            close = difflib.get_close_matches(spelled, index, n=1)
+            raise PlanError(
+                f"layout {name}: SGLang {version} has no flag {spelled}"
+                + (f" (did you mean {close[0]}?)" if close else "")
+                + ". Remove it from args: or pin an SGLang that has it."
+            )
+        if flag in STRUCTURAL_FLAGS:
+            raise PlanError(f"layout {name}: set {flag} with {STRUCTURAL_FLAGS[flag]}, not under args:")
+        meta = sglang_flags()["flags"][flag]
+        if not meta.get("takes_value") and not isinstance(value, bool):
+            raise PlanError(f"layout {name}: {flag} is a switch; write {key}: true (or false to leave it off)")
+        if meta.get("takes_value") and isinstance(value, bool):
+            raise PlanError(f"layout {name}: {flag} takes a value, not {value!r}")
+        choices = meta.get("choices")
+        if choices and not isinstance(value, bool) and str(value) not in [str(c) for c in choices]:
+            raise PlanError(f"layout {name}: {flag} must be one of {', '.join(map(str, choices))}, not {value!r}")
+        out[flag] = value
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Rules
+# ---------------------------------------------------------------------------
+
+
+def parallel_shape(lay: dict) -> dict:
+    tp, pp, ep, dp = lay["tp"], lay["pp"], lay["ep"], lay["dp"]
+    dp_attention = lay["enable_dp_attention"] and dp > 1
+    attn_tp = tp // dp if dp_attention and tp % dp == 0 else tp
+    moe_tp = tp // ep if ep and tp % ep == 0 else 0
+    replicas_dp = dp if (dp > 1 and not dp_attention) else 1
+    return {
+        "tp": tp,
+        "pp": pp,
+        "ep": ep,
+        "dp": dp,
+        "dp_attention": dp_attention,
+        "attn_tp": attn_tp,
+        "moe_tp": moe_tp,
+        "nnodes": lay["nnodes"],
+        "replicas": lay["replicas"],
+        "gpus_per_engine": tp * pp * replicas_dp,
+    }
+
+
+def _suggest_ep_layout(tp: int, ep: int, gpus_available: int) -> str | None:
+    """The layout that gives 'MoE TPa x EPb' over all GPUs: tp = a*b, ep = b."""
+    total = tp * ep
+    if total <= gpus_available and total > tp:
+        return f"For MoE TP{tp} x EP{ep} over {total} GPUs write tp: {total}, ep: {ep}."
+    return None
+
+
+def layout_problems(lay: dict, par: dict, spec: ModelSpec, hardware: dict) -> tuple[list[str], list[str]]:
+    """(reasons the layout is invalid, notes that do not change the verdict)."""
+    name, tp, pp, ep, dp = lay["name"], par["tp"], par["pp"], par["ep"], par["dp"]
+    gpu_count, nnodes = hardware["gpu_count"], par["nnodes"]
+    available = gpu_count * nnodes
+    used = par["gpus_per_engine"]
+    reasons, notes = [], []
+    if ep > tp:
+        hint = _suggest_ep_layout(tp, ep, available) or ""
+        reasons.append(
+            f"{name}: ep ({ep}) is larger than tp ({tp}). In SGLang ep splits the experts inside the tp group, "
+            f"so ep must divide tp; SGLang crashes at start with ZeroDivisionError (moe_tp = tp / ep = 0). {hint}".strip()
+        )
+    elif tp % ep:
+        reasons.append(f"{name}: ep ({ep}) must divide tp ({tp}): each of the ep groups takes tp/ep GPUs of the tp group.")
+    if lay["enable_dp_attention"]:
+        if dp == 1:
+            notes.append(f"{name}: enable_dp_attention with dp 1 does nothing (SGLang turns it off); set dp > 1.")
+        elif tp % dp:
+            reasons.append(f"{name}: dp-attention needs tp % dp == 0 (tp {tp}, dp {dp}): attention runs tp/dp-way inside each of the dp groups.")
+    if (tp * pp) % nnodes:
+        reasons.append(f"{name}: tp x pp ({tp * pp}) must be divisible by nnodes ({nnodes}): every host runs the same number of ranks.")
+    if dp > 1 and nnodes > 1 and not par["dp_attention"]:
+        reasons.append(f"{name}: SGLang does not support multi-node data parallelism without dp-attention; use replicas: or enable_dp_attention.")
+    if used > available:
+        where = f"the host has {gpu_count}" if nnodes == 1 else f"{nnodes} hosts x {gpu_count} = {available}"
+        reasons.append(
+            f"{name}: needs {used} GPUs (GPUs = tp x pp" + (" x dp" if used != tp * pp else "") + f") but {where}."
+        )
+    elif used < available and not reasons:
+        idle = available - used
+        text = (
+            f"{name} uses {used} of the {available} GPUs (GPUs = tp x pp; ep splits experts inside the tp group)."
+            if ep > 1
+            else f"{name} uses {used} of the {available} GPUs (GPUs = tp x pp); {idle} stay idle."
+        )
+        hint = _suggest_ep_layout(tp, ep, available) if ep > 1 else None
+        notes.append(f"{text} {hint}" if hint else text)
+    if lay["gpus"] is not None:
+        per_node = used // nnodes if used % nnodes == 0 else used
+        if len(lay["gpus"]) != per_node:
+            reasons.append(f"{name}: gpus lists {len(lay['gpus'])} devices but the layout uses {per_node} per host.")
+        if len(set(lay["gpus"])) != len(lay["gpus"]):
+            reasons.append(f"{name}: gpus lists a device twice: {lay['gpus']}.")
+        bad = [g for g in lay["gpus"] if g >= gpu_count]
+        if bad:
+            reasons.append(f"{name}: gpus {bad} do not exist on a host with {gpu_count} GPUs (ids 0-{gpu_count - 1}).")
+    # Shape rules of the model under this split.
+    if not reasons:
+        reasons += _shape_problems(name, par, spec)
+    return reasons, notes
+
+
+def _shape_problems(name: str, par: dict, spec: ModelSpec) -> list[str]:
+    problems = []
+    tp, attn_tp, pp = par["tp"], par["attn_tp"], par["pp"]
+    if spec.num_heads % attn_tp:
+        problems.append(f"{name}: {spec.num_heads} attention heads do not split {attn_tp} ways (attention TP).")
+    if pp > spec.num_layers:
+        problems.append(f"{name}: pp {pp} exceeds the model's {spec.num_layers} layers.")
+    if spec.family != "mla_moe":
+        kv = spec.num_kv_heads
+        if kv % attn_tp and attn_tp % kv:
+            problems.append(f"{name}: {kv} KV heads cannot be split or replicated over attention TP {attn_tp}.")
+    if spec.is_moe and par["moe_tp"]:
+        if spec.n_experts % par["ep"]:
+            problems.append(f"{name}: {spec.n_experts} experts do not split into ep {par['ep']} equal groups.")
+    q = spec.quant
+    for lin in spec.linears:
+        if lin.split == "none":
+            continue
+        ways = {"attn_tp": attn_tp, "kv_heads": attn_tp, "tp": tp, "experts": par["moe_tp"] or 1}[lin.shard]
+        if lin.shard == "kv_heads" and spec.num_kv_heads < attn_tp:
+            continue  # replicated heads
+        dim = lin.out_features if lin.split == "column" else lin.in_features
+        what = lin.name.replace("model.layers.L.", "").replace(".E.", ".")
+        if dim % ways:
+            problems.append(f"{name}: {what} ({dim} along the split) does not divide {ways} ways.")
+            continue
+        local = dim // ways
+        module = lin.name.replace(".L.", ".1.").replace(".E.", ".0.")
+        if not q.is_quantized(module):
+            continue
+        if q.method == "fp8_block":
+            block = q.block[0] if lin.split == "column" else q.block[1]
+            if local % block:
+                problems.append(
+                    f"{name}: {what} splits into {local}-wide slices, not whole {block}-wide fp8 weight blocks "
+                    f"({dim} / {ways}); SGLang refuses such quantized shards. Use fewer "
+                    + ("moe_tp ways (raise ep)." if lin.shard == "experts" else "TP ranks.")
+                )
+        elif q.method == "int4_group" and lin.split == "row" and local % q.group_size:
+            problems.append(
+                f"{name}: {what} splits its {dim} inputs into {local}-wide slices, not whole int4 groups of "
+                f"{q.group_size}; use fewer " + ("moe_tp ways (raise ep)." if lin.shard == "experts" else "TP ranks.")
+            )
+    return problems
+
+
+# ---------------------------------------------------------------------------
+# Memory
+# ---------------------------------------------------------------------------
+
+
+def shard_factor(kind: str, par: dict, spec: ModelSpec) -> float:
+    if kind == "replicated":
+        return 1.0
+    if kind == "attn_tp":
+        return 1.0 / par["attn_tp"]
+    if kind == "kv_heads":
+        kv = spec.num_kv_heads
+        return max(1, kv // par["attn_tp"]) / kv
+    if kind == "tp":
+        return 1.0 / par["tp"]
+    if kind == "vocab":
+        return 1.0 if par["dp_attention"] else 1.0 / par["tp"]
+    if kind == "experts":
+        # E/ep experts per rank, each sliced moe_tp = tp/ep ways
+        return 1.0 / par["tp"]
+    raise ValueError(kind)
+
+
+def pp_layer_ranges(num_layers: int, pp: int) -> list[tuple[int, int]]:
+    """SGLang's get_pp_indices: even split, the *last* `remainder` stages get one more layer."""
+    env = os.environ.get("SGLANG_PP_LAYER_PARTITION")
+    if env:
+        sizes = [int(x) for x in env.split(",")]
+        if len(sizes) != pp or sum(sizes) != num_layers:
+            raise PlanError(f"SGLANG_PP_LAYER_PARTITION={env} must have {pp} entries summing to {num_layers}")
+    else:
+        base, rem = divmod(num_layers, pp)
+        sizes = [base + (1 if i >= pp - rem else 0) for i in range(pp)]
+    ranges, start = [], 0
+    for s in sizes:
+        ranges.append((start, start + s - 1))
+        start += s
+    return ranges
+
+
+def stage_of(stage: int, ranges: list[tuple[int, int]]) -> int:
+    if stage == STAGE_FIRST:
+        return 0
+    if stage == STAGE_LAST:
+        return len(ranges) - 1
+    for i, (a, b) in enumerate(ranges):
+        if a <= stage <= b:
+            return i
+    raise ValueError(stage)
+
+
+def stage_bytes(spec: ModelSpec, par: dict) -> list[dict[str, float]]:
+    """Per PP stage: bytes on one rank of that stage, by component."""
+    ranges = pp_layer_ranges(spec.num_layers, par["pp"])
+    stages: list[dict[str, float]] = [{} for _ in ranges]
+    for t in spec.tensors:
+        s = stages[stage_of(t.stage, ranges)]
+        s[t.component] = s.get(t.component, 0.0) + t.nbytes * shard_factor(t.shard, par, spec)
+    return stages
+
+
+def largest_layer_bytes(spec: ModelSpec, par: dict) -> float:
+    per_layer: dict[int, float] = {}
+    for t in spec.tensors:
+        if t.stage >= 0:
+            per_layer[t.stage] = per_layer.get(t.stage, 0.0) + t.nbytes * shard_factor(t.shard, par, spec)
+    return max(per_layer.values(), default=0.0)
+
+
+def kv_dtype_bytes(spec: ModelSpec, kv_cache_dtype: str | None) -> int:
+    dtype = (kv_cache_dtype or "auto").lower()
+    if dtype == "auto":
+        return spec.quant.param_bytes
+    if dtype.startswith("fp8"):
+        return 1
+    if dtype in ("bf16", "bfloat16", "fp16", "float16"):
+        return 2
+    if dtype.startswith("fp4"):
+        return 1  # packed + scales; conservative
+    raise PlanError(f"kv_cache_dtype {kv_cache_dtype!r} is not known to the planner")
+
+
+def allocation_sequence(spec: ModelSpec, layout_plan: dict, rank: int = 0) -> list[tuple[str, int]]:
+    """Weights in model-construction order for one rank: (tensor name, bytes on that rank).
+
+    Routed experts are split into SGLang's fused parameters (w13/w2 packed, then scales) so
+    an OOM names the tensor SGLang would have been allocating.
+    """
+    par = layout_plan["parallel"]
+    ranges = pp_layer_ranges(spec.num_layers, par["pp"])
+    stage = layout_plan["ranks"][rank]["pp_rank"]
+    seq: list[tuple[str, int]] = []
+    for t in spec.tensors:
+        if stage_of(t.stage, ranges) != stage:
+            continue
+        nbytes = t.nbytes * shard_factor(t.shard, par, spec)
+        if t.component == "routed_experts" and t.name.endswith("gate_proj"):
+            continue  # folded into w13 below
+        if t.component == "routed_experts" and spec.mode == "config":
+            layer = t.stage
+            base = f"model.layers.{layer}.mlp.experts."
+            lins = {lin.name.rsplit(".", 1)[1]: lin for lin in spec.linears if lin.component == "routed_experts"}
+            if t.name.endswith("up_proj"):
+                w13 = sum(linear_bytes(spec.quant, lins[k], layer) for k in ("gate_proj", "up_proj"))
+                seq += _split_weight_scale(spec, base + "w13_weight", w13 * shard_factor("experts", par, spec), lins["up_proj"], 2)
+            else:
+                w2 = linear_bytes(spec.quant, lins["down_proj"], layer)
+                seq += _split_weight_scale(spec, base + "w2_weight", w2 * shard_factor("experts", par, spec), lins["down_proj"], 1)
+            continue
+        seq.append((t.name, int(nbytes)))
+    return seq
+
+
+def _split_weight_scale(spec: ModelSpec, name: str, nbytes: float, lin, n: int) -> list[tuple[str, int]]:
+    q = spec.quant
+    if q.method == "int4_group":
+        packed = lin.in_features * lin.out_features * lin.experts * n / 2
+        frac = packed / linear_bytes(q, lin) / n
+        return [(name + "_packed", int(nbytes * frac)), (name + "_scale", int(nbytes * (1 - frac)))]
+    return [(name, int(nbytes))]
+
+
+# ---------------------------------------------------------------------------
+# Plan one layout
+# ---------------------------------------------------------------------------
+
+
+def _r(x: float, nd: int = 2) -> float:
+    return round(x, nd)
+
+
+def plan_layout(layout: dict, spec: ModelSpec, hardware: dict, serving: dict, *, all_layouts=None) -> dict:
+    """Verdict, memory per rank, KV capacity, argv and env of one layout."""
+    lay = normalize_layout(layout)
+    hardware = normalize_hardware(hardware)
+    serving = normalize_serving(serving)
+    args = canonical_args(lay["name"], lay["args"])
+    # a layout may override serving-wide flags through args:
+    eff = dict(serving)
+    for flag, key in SERVING_FLAGS.items():
+        if flag in args:
+            eff[key] = args[flag]
+    mfs = _float(eff["mem_fraction_static"], f"layout {lay['name']}: mem_fraction_static")
+    par = parallel_shape(lay)
+    reasons, notes = layout_problems(lay, par, spec, hardware)
+    if not 0 < mfs < 1:
+        reasons.append(f"{lay['name']}: mem_fraction_static must be between 0 and 1, not {mfs}.")
+    ctx = eff.get("context_length")
+    if ctx is not None and spec.max_context and int(ctx) > spec.max_context:
+        reasons.append(
+            f"{lay['name']}: context_length {ctx} exceeds the model's max_position_embeddings {spec.max_context}; "
+            "SGLang refuses it (ValueError) unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1."
+        )
+    capacity = hardware["gpu_memory_gib"]
+    budget = mfs * capacity
+    gpus_per_node = par["gpus_per_engine"] // par["nnodes"] if par["gpus_per_engine"] % par["nnodes"] == 0 else 0
+    gpu_ids = lay["gpus"] if lay["gpus"] is not None else list(range(min(gpus_per_node, hardware["gpu_count"])))
+    plan = {
+        "name": lay["name"],
+        "verdict": "invalid",
+        "failure": None,
+        "reasons": reasons,
+        "notes": notes,
+        "gpus_used": par["gpus_per_engine"] * par["replicas"],
+        "gpu_ids": gpu_ids,
+        "nnodes": par["nnodes"],
+        "parallel": par,
+        "weights_gib_per_gpu": None,
+        "budget_gib": _r(budget),
+        "kv_tokens": None,
+        "kv_tokens_total": None,
+        "kv_bytes_per_token": None,
+        "ranks": [],
+        "cost": None,
+        "engine": lay["engine"],
+        "port": lay["port"] or int(serving["base_port"]),
+        "unit_name": unit_name(spec.name, lay["name"]),
+        "conflicts": [],
+        "mem_fraction_static": mfs,
+    }
+    flags = render_argv(spec, lay, par, eff, args, plan["port"])
+    plan["flags"] = flags
+    plan["argv"] = ["python3", "-m", "sglang.launch_server", *flags]
+    plan["env"] = render_env(lay, gpu_ids, hardware)
+    if reasons:
+        plan["failure"] = "invalid"
+        return plan
+
+    # -- memory per rank -----------------------------------------------------
+    stages = stage_bytes(spec, par)
+    ranges = pp_layer_ranges(spec.num_layers, par["pp"])
+    kvb = kv_dtype_bytes(spec, eff.get("kv_cache_dtype"))
+    ranks = []
+    stage_kv_tokens = []
+    kv_gib_min = math.inf
+    for pp_rank, comps in enumerate(stages):
+        w = sum(comps.values()) / GIB
+        layers = ranges[pp_rank]
+        n_layers = layers[1] - layers[0] + 1
+        kv_per_token = spec.kv_bytes_per_token_per_layer(par["attn_tp"], kvb) * n_layers
+        kv_gib = budget - w - mfs * CUDA_CONTEXT_GIB
+        kv_gib_min = min(kv_gib_min, kv_gib)
+        stage_kv_tokens.append(int(kv_gib * GIB // kv_per_token) if kv_gib > 0 else 0)
+        for tp_rank in range(par["tp"]):
+            rank = pp_rank * par["tp"] + tp_rank
+            ranks.append(
+                {
+                    "rank": rank,
+                    "tp_rank": tp_rank,
+                    "pp_rank": pp_rank,
+                    "node": rank // (par["tp"] * par["pp"] // par["nnodes"]),
+                    "gpu": gpu_ids[rank % len(gpu_ids)] if gpu_ids else rank,
+                    "layers": list(layers),
+                    "weights_gib": _r(w, 3),
+                    "kv_gib": _r(max(kv_gib, 0.0), 3),
+                    "kv_bytes_per_token": kv_per_token,
+                    "components": {k: _r(v / GIB, 3) for k, v in sorted(comps.items())},
+                }
+            )
+    worst = max(ranks, key=lambda r: r["weights_gib"])
+    weights = worst["weights_gib"]
+    plan["ranks"] = ranks
+    plan["weights_gib_per_gpu"] = _r(weights)
+    plan["kv_bytes_per_token"] = max(r["kv_bytes_per_token"] for r in ranks)
+    transient = TRANSIENT_LAYERS * largest_layer_bytes(spec, par) / GIB
+    usable = capacity - CUDA_CONTEXT_GIB
+    if weights > usable:
+        plan["verdict"], plan["failure"] = "oom", "oom_at_load"
+        # the usual cause: fewer GPUs than meant (ep adds none)
+        moved = [n for n in notes if " uses " in n]
+        plan["reasons"] += moved
+        plan["notes"] = [n for n in notes if n not in moved]
+        plan["reasons"].append(
+            f"{lay['name']}: {par['gpus_per_engine']} GPUs, about {weights:.1f} GiB of weights each against an "
+            f"{budget:.1f} GiB budget ({capacity:g} GiB per GPU): CUDA runs out of memory while loading the weights, "
+            "and no --mem-fraction-static can help. Spread the model over more GPUs."
+        )
+    elif weights + mfs * CUDA_CONTEXT_GIB >= budget:
+        need = (weights + CUDA_CONTEXT_GIB) / capacity
+        plan["verdict"], plan["failure"] = "oom", "kv_no_memory"
+        plan["reasons"].append(
+            f"{lay['name']}: the weights ({weights:.1f} GiB per GPU) leave no KV cache inside the {budget:.1f} GiB "
+            f"budget (mem_fraction_static {mfs} x {capacity:g} GiB): SGLang stops with 'Not enough memory'. "
+            f"Raise mem_fraction_static above {need:.3f} or spread the model over more GPUs."
+        )
+    else:
+        plan["verdict"] = "fits"
+        if weights + transient > usable:
+            plan["notes"].append(
+                f"{lay['name']}: only {usable - weights:.1f} GiB stay free during load for transient buffers "
+                f"(about {transient:.1f} GiB for the largest layer); the load may OOM."
+            )
+    tokens = min(stage_kv_tokens) if plan["verdict"] == "fits" else 0
+    plan["kv_tokens"] = tokens
+    groups = par["dp"] if par["dp"] > 1 else 1
+    plan["kv_tokens_total"] = tokens * groups * par["replicas"]
+    if plan["verdict"] == "fits":
+        if ctx and tokens < int(ctx):
+            plan["notes"].append(
+                f"{lay['name']}: the KV cache holds {tokens} tokens, fewer than context_length {ctx}; "
+                "SGLang will cap request length."
+            )
+        dynamic = (1 - mfs) * capacity
+        if dynamic < MIN_DYNAMIC_GIB:
+            plan["notes"].append(
+                f"{lay['name']}: only {dynamic:.1f} GiB per GPU stay outside the static pool for CUDA graphs and "
+                "activations; lower mem_fraction_static if it OOMs while serving."
+            )
+    plan["cost"] = decode_cost(spec, par, stages, hardware)
+    return plan
+
+
+def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hardware: dict) -> dict:
+    """Inputs of a decode-step cost model (the simulator's): what one step reads and syncs."""
+    per_stage = []
+    ranges = pp_layer_ranges(spec.num_layers, par["pp"])
+    for i, comps in enumerate(stages):
+        experts = comps.get("routed_experts", 0.0)
+        # the embedding is a gather (a few rows), not a full read
+        dense = sum(v for k, v in comps.items() if k not in ("routed_experts", "embed", "vision"))
+        a, b = ranges[i]
+        n_layers = b - a + 1
+        moe_layers = sum(1 for layer in range(a, b + 1) if spec.is_moe_layer(layer))
+        collectives = 0
+        if par["tp"] > 1:
+            # one all-reduce after attention and one after the MLP of every layer (+ logits on the last stage)
+            collectives = 2 * n_layers + (1 if i == len(stages) - 1 else 0)
+        per_stage.append(
+            {
+                "dense_bytes": int(dense),
+                "expert_bytes": int(experts),
+                "layers": n_layers,
+                "moe_layers": moe_layers,
+                "collectives": collectives,
+            }
+        )
+    return {
+        "stages": per_stage,
+        "n_experts": spec.n_experts,
+        "experts_per_gpu": spec.n_experts // par["ep"] if spec.is_moe and par["moe_tp"] else 0,
+        "top_k": spec.top_k,
+        "tp": par["tp"],
+        "pp": par["pp"],
+        "interconnect": hardware["gpu_interconnect"],
+        "bandwidth_gbs": hardware.get("gpu_memory_bandwidth_gbs"),
+        "kv_bytes_per_token_layer": spec.kv_bytes_per_token_per_layer(par["attn_tp"], spec.quant.param_bytes),
+    }
+
+
+# ---------------------------------------------------------------------------
+# Plan one host
+# ---------------------------------------------------------------------------
+
+
+def normalize_hardware(hw: dict) -> dict:
+    if not isinstance(hw, dict):
+        raise PlanError("hardware must be a mapping with gpu_count, gpu_memory_gib, gpu_interconnect")
+    for key in ("gpu_count", "gpu_memory_gib"):
+        if hw.get(key) in (None, ""):
+            raise PlanError(
+                f"{key} is not set for this host: run gpu_facts (playbooks/provision.yml) or set {key} in the inventory"
+            )
+    out = dict(hw)
+    out["gpu_count"] = _int(hw["gpu_count"], "gpu_count")
+    out["gpu_memory_gib"] = _float(hw["gpu_memory_gib"], "gpu_memory_gib")
+    if out["gpu_memory_gib"] <= 0:
+        raise PlanError(f"gpu_memory_gib must be positive, not {hw['gpu_memory_gib']!r}")
+    ic = str(hw.get("gpu_interconnect") or "pcie").lower()
+    if ic not in ("pcie", "nvlink", "none", "single"):
+        raise PlanError(f"gpu_interconnect must be pcie or nvlink, not {hw.get('gpu_interconnect')!r}")
+    out["gpu_interconnect"] = ic
+    bw = hw.get("gpu_memory_bandwidth_gbs")
+    out["gpu_memory_bandwidth_gbs"] = _float(bw, "gpu_memory_bandwidth_gbs") if bw not in (None, "", "None") else None
+    return out
+
+
+SERVING_DEFAULTS = {
+    "mem_fraction_static": 0.88,
+    "context_length": None,
+    "max_running_requests": None,
+    "attention_backend": None,
+    "grammar_backend": None,
+    "trust_remote_code": False,
+    "host": "127.0.0.1",
+    "base_port": 30000,
+    "api_key_set": False,
+    "kv_cache_dtype": None,
+}
+
+
+def normalize_serving(serving: dict) -> dict:
+    out = dict(SERVING_DEFAULTS)
+    out.update({k: v for k, v in (serving or {}).items() if v not in (None, "", "None")})
+    out["trust_remote_code"] = _bool(out["trust_remote_code"], "sglang_trust_remote_code")
+    out["api_key_set"] = _bool(out["api_key_set"], "api_key_set")
+    if out["context_length"] is not None:
+        out["context_length"] = _int(out["context_length"], "sglang_context_length")
+    if out["max_running_requests"] is not None:
+        out["max_running_requests"] = _int(out["max_running_requests"], "sglang_max_running_requests")
+    out["base_port"] = _int(out["base_port"], "sglang_base_port")
+    if out["host"] not in ("127.0.0.1", "localhost", "::1") and not out["api_key_set"]:
+        raise PlanError(
+            f"sglang_host is {out['host']} (a public address) but no sglang_api_key is set: put an API key in a "
+            "vaulted variable (ansible-vault encrypt_string) or keep sglang_host: 127.0.0.1"
+        )
+    return out
+
+
+_MODEL_CACHE: dict[str, ModelSpec] = {}
+
+
+def _cached_model(model: dict) -> ModelSpec:
+    """load_model, memoised on the model mapping and the files' mtimes (Ansible templates lazily, often)."""
+    path = str(model.get("path") or "")
+    stamps = []
+    if path and os.path.isdir(path):
+        for entry in sorted(os.listdir(path)):
+            if entry == "config.json" or entry.endswith(".safetensors"):
+                stamps.append((entry, os.stat(os.path.join(path, entry)).st_mtime_ns))
+    key = json.dumps([model, stamps], sort_keys=True, default=str)
+    if key not in _MODEL_CACHE:
+        _MODEL_CACHE.clear()
+        _MODEL_CACHE[key] = load_model(model)
+    return _MODEL_CACHE[key]
+
+
+def plan_host(inputs: dict) -> dict:
+    """The plan document for one host (see docs/ARCHITECTURE.md)."""
+    if not isinstance(inputs, dict):
+        raise PlanError("the planner's input must be a mapping (sglang_plan_inputs)")
+    layouts = inputs.get("layouts")
+    if not isinstance(layouts, list) or not layouts:
+        raise PlanError("sglang_layouts must be a non-empty list of layouts, e.g. [{name: tp8, tp: 8}]")
+    names = [layout.get("name") if isinstance(layout, dict) else None for layout in layouts]
+    dupes = sorted({n for n in names if n and names.count(n) > 1})
+    if dupes:
+        raise PlanError(f"layout names must be unique; repeated: {', '.join(dupes)}")
+    spec = _cached_model(inputs.get("model") or {})
+    hardware = normalize_hardware(inputs.get("hardware") or {})
+    serving = normalize_serving(inputs.get("serving") or {})
+    plans = [plan_layout(layout, spec, hardware, serving) for layout in layouts]
+    _conflicts(plans)
+    return {
+        "schema": PLAN_SCHEMA,
+        "host": inputs.get("host"),
+        "model": {
+            "name": spec.name,
+            "path": spec.path,
+            "architecture": spec.architecture,
+            "quantization": spec.quant.describe(),
+        },
+        "mode": spec.mode,
+        "sglang_version": sglang_flags().get("sglang_version"),
+        "hardware": hardware,
+        "serving": {k: v for k, v in serving.items() if k != "api_key_set"},
+        "layouts": plans,
+    }
+
+
+def _conflicts(plans: list[dict]) -> None:
+    """Units that share a GPU conflict (systemd Conflicts=): starting one stops the others."""
+    deployable = [q for q in plans if q["verdict"] != "invalid"]
+    for p in plans:
+        p["conflicts"] = sorted(
+            q["unit_name"]
+            for q in deployable
+            if q is not p and q["unit_name"] != p["unit_name"] and set(q["gpu_ids"]) & set(p["gpu_ids"])
+        )
+        clash = [
+            q["name"]
+            for q in plans
+            if q is not p and q["port"] == p["port"] and not set(q["gpu_ids"]) & set(p["gpu_ids"])
+        ]
+        if clash:
+            p["notes"].append(
+                f"{p['name']} shares port {p['port']} with {', '.join(clash)} on other GPUs; give one a port: "
+                "to run them side by side."
+            )
+
+
+def layout_plan(plan: dict, name: str) -> dict:
+    for entry in plan["layouts"]:
+        if entry["name"] == name:
+            return entry
+    known = ", ".join(e["name"] for e in plan["layouts"])
+    raise PlanError(f"no layout named {name!r}; known layouts: {known}")
+

@@ -1,0 +1,88 @@
+"""A layout as SGLang's command line and environment.
+
+The planner calls these; the unit file itself is the service role's template
+(roles/sglang_service/templates/sglang.service.j2), rendered from what these
+return.
+"""
+
+from __future__ import annotations
+
+import re
+
+LAUNCHER = ("python3", "-m", "sglang.launch_server")
+
+# The seed's Environment lines for a PCIe-only box: no InfiniBand on one host,
+# P2P across the PCIe tree, ring all-reduce. Nothing is forced on NVLink hosts.
+PCIE_ENV = {
+    "NCCL_IB_DISABLE": "1",
+    "NCCL_P2P_LEVEL": "SYS",
+    "NCCL_ALGO": "Ring",
+}
+COMMON_ENV = {"OMP_NUM_THREADS": "8"}
+
+_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+def slug(text: str) -> str:
+    return _SLUG.sub("-", str(text).lower()).strip("-")
+
+
+def unit_name(model_name: str, layout_name: str) -> str:
+    """sglang-<model>-<layout>.service, e.g. sglang-kimi-k2-6-ep8.service."""
+    return f"sglang-{slug(model_name)}-{slug(layout_name)}.service"
+
+
+def _flag_value(value) -> list[str]:
+    if isinstance(value, list | tuple):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def render_argv(spec, lay: dict, par: dict, serving: dict, args: dict, port: int) -> list[str]:
+    """Flags of `python -m sglang.launch_server` for one layout (without the launcher)."""
+    flags = ["--model-path", spec.path or spec.name, "--host", str(serving["host"]), "--port", str(port)]
+    flags += ["--tp-size", str(par["tp"])]
+    if par["pp"] > 1:
+        flags += ["--pp-size", str(par["pp"])]  # never --pp: argparse finds it ambiguous
+    if par["ep"] > 1:
+        flags += ["--ep-size", str(par["ep"])]
+    if par["dp"] > 1:
+        flags += ["--dp-size", str(par["dp"])]
+    if lay["enable_dp_attention"]:
+        flags.append("--enable-dp-attention")
+    if par["nnodes"] > 1:
+        flags += ["--nnodes", str(par["nnodes"])]
+    serving_flags = {
+        "--mem-fraction-static": serving.get("mem_fraction_static"),
+        "--context-length": serving.get("context_length"),
+        "--max-running-requests": serving.get("max_running_requests"),
+        "--attention-backend": serving.get("attention_backend"),
+    }
+    for flag, value in serving_flags.items():
+        if value is not None and flag not in args:
+            flags += [flag, str(value)]
+    if serving.get("trust_remote_code"):
+        flags.append("--trust-remote-code")
+    if serving.get("grammar_backend") is not None and "--grammar-backend" not in args:
+        flags += ["--grammar-backend", str(serving["grammar_backend"])]
+    for flag, value in args.items():
+        if flag == "--host":
+            flags[flags.index("--host") + 1] = str(value)
+            continue
+        if isinstance(value, bool):
+            if value:
+                flags.append(flag)
+            continue
+        flags += [flag, *_flag_value(value)]
+    return flags
+
+
+def render_env(lay: dict, gpu_ids: list[int], hardware: dict) -> dict[str, str]:
+    env: dict[str, str] = {}
+    if gpu_ids:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_ids)
+    if hardware.get("gpu_interconnect") != "nvlink":
+        env.update(PCIE_ENV)
+    env.update(COMMON_ENV)
+    env.update(lay.get("env") or {})
+    return env
