@@ -82,7 +82,9 @@ class Tensor:
     nbytes: int
     shard: str
     stage: int  # layer index, STAGE_FIRST or STAGE_LAST
-    component: str  # embed, lm_head, attention, dense_mlp, routed_experts, shared_experts, router, norms, vision
+    component: (
+        str  # embed, lm_head, attention, dense_mlp, routed_experts, shared_experts, router, norms, vision
+    )
 
 
 @dataclass(frozen=True)
@@ -175,8 +177,10 @@ class ModelSpec:
     def is_moe_layer(self, layer: int) -> bool:
         c = self.config
         if self.family == "mla_moe":
-            return self.n_experts > 0 and layer >= int(c.get("first_k_dense_replace", 0)) and (
-                layer % int(c.get("moe_layer_freq", 1)) == 0
+            return (
+                self.n_experts > 0
+                and layer >= int(c.get("first_k_dense_replace", 0))
+                and (layer % int(c.get("moe_layer_freq", 1)) == 0)
             )
         if self.family == "gqa_moe":
             if layer in (c.get("mlp_only_layers") or []):
@@ -286,7 +290,9 @@ def load_model(model: dict) -> ModelSpec:
             f"architecture {archs[0] if archs else None!r} is not supported; supported: "
             + ", ".join(SUPPORTED_ARCHITECTURES)
         )
-    quant = _quantization(config.get("quantization_config"), config.get("torch_dtype") or raw.get("torch_dtype"))
+    quant = _quantization(
+        config.get("quantization_config"), config.get("torch_dtype") or raw.get("torch_dtype")
+    )
     spec = ModelSpec(
         name=str(model["name"]),
         path=str(model.get("path") or ""),
@@ -418,7 +424,9 @@ def _tensors_from_config(spec: ModelSpec) -> list[Tensor]:
             if lin.component in ("routed_experts", "shared_experts") and not moe:
                 continue
             name = lin.name.replace(".L.", f".{layer}.")
-            tensors.append(Tensor(name, linear_bytes(spec.quant, lin, layer), lin.shard, layer, lin.component))
+            tensors.append(
+                Tensor(name, linear_bytes(spec.quant, lin, layer), lin.shard, layer, lin.component)
+            )
         norms = 2 * h
         if spec.family == "mla_moe":
             norms += int(c["kv_lora_rank"]) + int(c.get("q_lora_rank") or 0)
@@ -427,7 +435,9 @@ def _tensors_from_config(spec: ModelSpec) -> list[Tensor]:
             e = spec.n_experts
             # router weight in the model dtype, plus the fp32 score-correction bias (DeepSeek-V3 style)
             bias = e * 4 if c.get("topk_method") == "noaux_tc" else 0
-            tensors.append(Tensor(f"model.layers.{layer}.mlp.gate", e * h * pb + bias, "replicated", layer, "router"))
+            tensors.append(
+                Tensor(f"model.layers.{layer}.mlp.gate", e * h * pb + bias, "replicated", layer, "router")
+            )
     tensors.append(Tensor("model.norm.weight", h * pb, "replicated", STAGE_LAST, "norms"))
     if not c.get("tie_word_embeddings"):
         tensors.append(Tensor("lm_head.weight", vocab * h * pb, "tp", STAGE_LAST, "lm_head"))

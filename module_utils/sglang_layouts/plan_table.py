@@ -25,7 +25,8 @@ def short_reason(entry: dict) -> str:
     if not texts:
         return ""
     text = texts[0].split(": ", 1)[-1]
-    return text.split(". ")[0].split(" (")[0]
+    first = text.split(". ")[0]
+    return first if len(first) <= 60 else first[:57] + "..."
 
 
 def plan_table(plan: dict) -> list[str]:

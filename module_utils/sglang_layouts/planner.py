@@ -142,7 +142,9 @@ def normalize_layout(layout: dict) -> dict:
         "pp": _int(layout.get("pp", 1), f"{where} pp"),
         "ep": _int(layout.get("ep", 1), f"{where} ep"),
         "dp": _int(layout.get("dp", 1), f"{where} dp"),
-        "enable_dp_attention": _bool(layout.get("enable_dp_attention", False), f"{where} enable_dp_attention"),
+        "enable_dp_attention": _bool(
+            layout.get("enable_dp_attention", False), f"{where} enable_dp_attention"
+        ),
         "nnodes": _int(layout.get("nnodes", 1), f"{where} nnodes"),
         "replicas": _int(layout.get("replicas", 1), f"{where} replicas"),
         "port": _int(layout["port"], f"{where} port") if layout.get("port") is not None else None,
@@ -207,12 +209,16 @@ def canonical_args(name: str, args: dict) -> dict[str, object]:
             raise PlanError(f"layout {name}: set {flag} with {STRUCTURAL_FLAGS[flag]}, not under args:")
         meta = sglang_flags()["flags"][flag]
         if not meta.get("takes_value") and not isinstance(value, bool):
-            raise PlanError(f"layout {name}: {flag} is a switch; write {key}: true (or false to leave it off)")
+            raise PlanError(
+                f"layout {name}: {flag} is a switch; write {key}: true (or false to leave it off)"
+            )
         if meta.get("takes_value") and isinstance(value, bool):
             raise PlanError(f"layout {name}: {flag} takes a value, not {value!r}")
         choices = meta.get("choices")
         if choices and not isinstance(value, bool) and str(value) not in [str(c) for c in choices]:
-            raise PlanError(f"layout {name}: {flag} must be one of {', '.join(map(str, choices))}, not {value!r}")
+            raise PlanError(
+                f"layout {name}: {flag} must be one of {', '.join(map(str, choices))}, not {value!r}"
+            )
         out[flag] = value
     return out
 
@@ -264,20 +270,32 @@ def layout_problems(lay: dict, par: dict, spec: ModelSpec, hardware: dict) -> tu
             f"so ep must divide tp; SGLang crashes at start with ZeroDivisionError (moe_tp = tp / ep = 0). {hint}".strip()
         )
     elif tp % ep:
-        reasons.append(f"{name}: ep ({ep}) must divide tp ({tp}): each of the ep groups takes tp/ep GPUs of the tp group.")
+        reasons.append(
+            f"{name}: ep ({ep}) must divide tp ({tp}): each of the ep groups takes tp/ep GPUs of the tp group."
+        )
     if lay["enable_dp_attention"]:
         if dp == 1:
-            notes.append(f"{name}: enable_dp_attention with dp 1 does nothing (SGLang turns it off); set dp > 1.")
+            notes.append(
+                f"{name}: enable_dp_attention with dp 1 does nothing (SGLang turns it off); set dp > 1."
+            )
         elif tp % dp:
-            reasons.append(f"{name}: dp-attention needs tp % dp == 0 (tp {tp}, dp {dp}): attention runs tp/dp-way inside each of the dp groups.")
+            reasons.append(
+                f"{name}: dp-attention needs tp % dp == 0 (tp {tp}, dp {dp}): attention runs tp/dp-way inside each of the dp groups."
+            )
     if (tp * pp) % nnodes:
-        reasons.append(f"{name}: tp x pp ({tp * pp}) must be divisible by nnodes ({nnodes}): every host runs the same number of ranks.")
+        reasons.append(
+            f"{name}: tp x pp ({tp * pp}) must be divisible by nnodes ({nnodes}): every host runs the same number of ranks."
+        )
     if dp > 1 and nnodes > 1 and not par["dp_attention"]:
-        reasons.append(f"{name}: SGLang does not support multi-node data parallelism without dp-attention; use replicas: or enable_dp_attention.")
+        reasons.append(
+            f"{name}: SGLang does not support multi-node data parallelism without dp-attention; use replicas: or enable_dp_attention."
+        )
     if used > available:
         where = f"the host has {gpu_count}" if nnodes == 1 else f"{nnodes} hosts x {gpu_count} = {available}"
         reasons.append(
-            f"{name}: needs {used} GPUs (GPUs = tp x pp" + (" x dp" if used != tp * pp else "") + f") but {where}."
+            f"{name}: needs {used} GPUs (GPUs = tp x pp"
+            + (" x dp" if used != tp * pp else "")
+            + f") but {where}."
         )
     elif used < available and not reasons:
         idle = available - used
@@ -291,12 +309,16 @@ def layout_problems(lay: dict, par: dict, spec: ModelSpec, hardware: dict) -> tu
     if lay["gpus"] is not None:
         per_node = used // nnodes if used % nnodes == 0 else used
         if len(lay["gpus"]) != per_node:
-            reasons.append(f"{name}: gpus lists {len(lay['gpus'])} devices but the layout uses {per_node} per host.")
+            reasons.append(
+                f"{name}: gpus lists {len(lay['gpus'])} devices but the layout uses {per_node} per host."
+            )
         if len(set(lay["gpus"])) != len(lay["gpus"]):
             reasons.append(f"{name}: gpus lists a device twice: {lay['gpus']}.")
         bad = [g for g in lay["gpus"] if g >= gpu_count]
         if bad:
-            reasons.append(f"{name}: gpus {bad} do not exist on a host with {gpu_count} GPUs (ids 0-{gpu_count - 1}).")
+            reasons.append(
+                f"{name}: gpus {bad} do not exist on a host with {gpu_count} GPUs (ids 0-{gpu_count - 1})."
+            )
     # Shape rules of the model under this split.
     if not reasons:
         reasons += _shape_problems(name, par, spec)
@@ -307,16 +329,19 @@ def _shape_problems(name: str, par: dict, spec: ModelSpec) -> list[str]:
     problems = []
     tp, attn_tp, pp = par["tp"], par["attn_tp"], par["pp"]
     if spec.num_heads % attn_tp:
-        problems.append(f"{name}: {spec.num_heads} attention heads do not split {attn_tp} ways (attention TP).")
+        problems.append(
+            f"{name}: {spec.num_heads} attention heads do not split {attn_tp} ways (attention TP)."
+        )
     if pp > spec.num_layers:
         problems.append(f"{name}: pp {pp} exceeds the model's {spec.num_layers} layers.")
     if spec.family != "mla_moe":
         kv = spec.num_kv_heads
         if kv % attn_tp and attn_tp % kv:
-            problems.append(f"{name}: {kv} KV heads cannot be split or replicated over attention TP {attn_tp}.")
-    if spec.is_moe and par["moe_tp"]:
-        if spec.n_experts % par["ep"]:
-            problems.append(f"{name}: {spec.n_experts} experts do not split into ep {par['ep']} equal groups.")
+            problems.append(
+                f"{name}: {kv} KV heads cannot be split or replicated over attention TP {attn_tp}."
+            )
+    if spec.is_moe and par["moe_tp"] and spec.n_experts % par["ep"]:
+        problems.append(f"{name}: {spec.n_experts} experts do not split into ep {par['ep']} equal groups.")
     q = spec.quant
     for lin in spec.linears:
         if lin.split == "none":
@@ -344,7 +369,8 @@ def _shape_problems(name: str, par: dict, spec: ModelSpec) -> list[str]:
         elif q.method == "int4_group" and lin.split == "row" and local % q.group_size:
             problems.append(
                 f"{name}: {what} splits its {dim} inputs into {local}-wide slices, not whole int4 groups of "
-                f"{q.group_size}; use fewer " + ("moe_tp ways (raise ep)." if lin.shard == "experts" else "TP ranks.")
+                f"{q.group_size}; use fewer "
+                + ("moe_tp ways (raise ep)." if lin.shard == "experts" else "TP ranks.")
             )
     return problems
 
@@ -450,13 +476,19 @@ def allocation_sequence(spec: ModelSpec, layout_plan: dict, rank: int = 0) -> li
         if t.component == "routed_experts" and spec.mode == "config":
             layer = t.stage
             base = f"model.layers.{layer}.mlp.experts."
-            lins = {lin.name.rsplit(".", 1)[1]: lin for lin in spec.linears if lin.component == "routed_experts"}
+            lins = {
+                lin.name.rsplit(".", 1)[1]: lin for lin in spec.linears if lin.component == "routed_experts"
+            }
             if t.name.endswith("up_proj"):
                 w13 = sum(linear_bytes(spec.quant, lins[k], layer) for k in ("gate_proj", "up_proj"))
-                seq += _split_weight_scale(spec, base + "w13_weight", w13 * shard_factor("experts", par, spec), lins["up_proj"], 2)
+                seq += _split_weight_scale(
+                    spec, base + "w13_weight", w13 * shard_factor("experts", par, spec), lins["up_proj"], 2
+                )
             else:
                 w2 = linear_bytes(spec.quant, lins["down_proj"], layer)
-                seq += _split_weight_scale(spec, base + "w2_weight", w2 * shard_factor("experts", par, spec), lins["down_proj"], 1)
+                seq += _split_weight_scale(
+                    spec, base + "w2_weight", w2 * shard_factor("experts", par, spec), lins["down_proj"], 1
+                )
             continue
         seq.append((t.name, int(nbytes)))
     return seq
@@ -504,8 +536,12 @@ def plan_layout(layout: dict, spec: ModelSpec, hardware: dict, serving: dict, *,
         )
     capacity = hardware["gpu_memory_gib"]
     budget = mfs * capacity
-    gpus_per_node = par["gpus_per_engine"] // par["nnodes"] if par["gpus_per_engine"] % par["nnodes"] == 0 else 0
-    gpu_ids = lay["gpus"] if lay["gpus"] is not None else list(range(min(gpus_per_node, hardware["gpu_count"])))
+    gpus_per_node = (
+        par["gpus_per_engine"] // par["nnodes"] if par["gpus_per_engine"] % par["nnodes"] == 0 else 0
+    )
+    gpu_ids = (
+        lay["gpus"] if lay["gpus"] is not None else list(range(min(gpus_per_node, hardware["gpu_count"])))
+    )
     plan = {
         "name": lay["name"],
         "verdict": "invalid",
@@ -681,7 +717,9 @@ def normalize_hardware(hw: dict) -> dict:
         raise PlanError(f"gpu_interconnect must be pcie or nvlink, not {hw.get('gpu_interconnect')!r}")
     out["gpu_interconnect"] = ic
     bw = hw.get("gpu_memory_bandwidth_gbs")
-    out["gpu_memory_bandwidth_gbs"] = _float(bw, "gpu_memory_bandwidth_gbs") if bw not in (None, "", "None") else None
+    out["gpu_memory_bandwidth_gbs"] = (
+        _float(bw, "gpu_memory_bandwidth_gbs") if bw not in (None, "", "None") else None
+    )
     return out
 
 
@@ -795,4 +833,3 @@ def layout_plan(plan: dict, name: str) -> dict:
             return entry
     known = ", ".join(e["name"] for e in plan["layouts"])
     raise PlanError(f"no layout named {name!r}; known layouts: {known}")
-
