@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Build the SGLang "oracle" venv: the pinned SGLang's own Python code (argument parser,
+# ServerArgs validation, bench_serving) on a machine with no GPU, for tests/conformance.
+#
+#   ci/oracle.sh <venv-dir> <sglang-version>      # make oracle: ci/oracle.sh .venv/sglang 0.5.23
+#
+# What it does (notes: /work/shared/notes/cpu-engines.md):
+#   - python3 -m venv <venv-dir>
+#   - pip install -r requirements-sglang-oracle.txt   (CPU torch, transformers, datasets, ...)
+#   - pip install --no-deps sglang==<version>          (the wheel's ~80 GPU deps are left out)
+#   - trims triton's CUDA/ROCm binaries (~500 MB; only `import triton` is needed)
+#   - a .pth file that puts ci/shims/ (the torchvision stub) on sys.path and points every
+#     cache SGLang, HF, torch and triton write (SGLANG_CACHE_DIR, HF_HOME, ...) at
+#     <venv-dir>/cache/, and sets HF_HUB_OFFLINE=1: nothing lands in ~, nothing is downloaded.
+#     Each is a default (os.environ.setdefault); an exported value wins.
+#   - a smoke test: import ServerArgs and bench_serving, check the stub is the torchvision seen.
+# Idempotent: a fingerprint of the inputs (version, requirements, shim, this script, python)
+# is stored in <venv-dir>/.oracle-fingerprint; when it matches and sglang imports, it exits
+# in well under a second. ORACLE_REBUILD=1 deletes the venv first. PYTHON picks the interpreter.
+set -euo pipefail
+
+usage() { echo "usage: $0 <venv-dir> <sglang-version>   (e.g. $0 .venv/sglang 0.5.23)" >&2; exit 2; }
+[[ $# -eq 2 && -n "$1" && -n "$2" ]] || usage
+SGLANG_VERSION="$2"
+[[ "$SGLANG_VERSION" =~ ^[0-9]+(\.[0-9A-Za-z]+)+$ ]] || {
+  echo "oracle.sh: '$SGLANG_VERSION' does not look like an SGLang version (e.g. 0.5.23)" >&2; exit 2; }
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+mkdir -p "$(dirname "$1")"
+VENV="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+REQ="$REPO/requirements-sglang-oracle.txt"
+SHIMS="$REPO/ci/shims"
+PYTHON="${PYTHON:-python3}"
+CACHE="$VENV/cache"
+LOG="$VENV/oracle-install.log"
+FP_FILE="$VENV/.oracle-fingerprint"
+T0=$SECONDS
+STEP="start"
+
+for f in "$REQ" "$SHIMS/torchvision/__init__.py"; do
+  [[ -f "$f" ]] || { echo "oracle.sh: missing $f" >&2; exit 1; }
+done
+command -v "$PYTHON" >/dev/null || { echo "oracle.sh: no '$PYTHON' on PATH (set PYTHON=...)" >&2; exit 1; }
+
+fingerprint() {
+  {
+    echo "sglang==$SGLANG_VERSION"
+    "$PYTHON" -c 'import sys; print(sys.version)'
+    cat "$REQ" "$SHIMS/torchvision/__init__.py" "${BASH_SOURCE[0]}"
+  } | sha256sum | cut -d' ' -f1
+}
+FP="$(fingerprint)"
+
+log() { printf 'oracle.sh [%3ds] %s\n' "$((SECONDS - T0))" "$*"; }
+
+on_error() {
+  local rc=$?
+  echo "oracle.sh: FAILED (exit $rc) during: $STEP" >&2
+  if [[ -s "$LOG" ]]; then
+    echo "---- last 40 lines of $LOG ----" >&2
+    tail -n 40 "$LOG" >&2
+    echo "---- end of log ----" >&2
+  fi
+  echo "oracle.sh: the venv at $VENV is incomplete; rerun 'make oracle' after fixing the cause" \
+       "(ORACLE_REBUILD=1 starts from scratch)." >&2
+  exit "$rc"
+}
+trap on_error ERR
+
+if [[ "${ORACLE_REBUILD:-0}" == 1 && -d "$VENV" ]]; then
+  log "ORACLE_REBUILD=1: removing $VENV"
+  rm -rf "$VENV"
+fi
+
+# Fast path: same inputs as the last successful build and sglang still imports its version.
+if [[ -f "$FP_FILE" && "$(cat "$FP_FILE")" == "$FP" && -x "$VENV/bin/python" ]] &&
+   "$VENV/bin/python" - "$SGLANG_VERSION" <<'PY' 2>/dev/null
+import importlib.metadata as md, importlib.util as iu, sys
+assert md.version("sglang") == sys.argv[1]
+assert iu.find_spec("torchvision").origin.endswith("ci/shims/torchvision/__init__.py")
+PY
+then
+  log "up to date: sglang $SGLANG_VERSION in $VENV"
+  exit 0
+fi
+rm -f "$FP_FILE"
+
+STEP="create the venv"
+if [[ ! -x "$VENV/bin/python" ]]; then
+  log "creating $VENV with $("$PYTHON" --version 2>&1)"
+  "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
+    { echo "oracle.sh: SGLang $SGLANG_VERSION needs Python >= 3.10" >&2; false; }
+  "$PYTHON" -m venv "$VENV"
+fi
+mkdir -p "$CACHE"
+: > "$LOG"
+export PIP_CACHE_DIR="$CACHE/pip" PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+PIP=("$VENV/bin/python" -m pip)
+
+STEP="pip install -r requirements-sglang-oracle.txt"
+log "$STEP (log: $LOG)"
+"${PIP[@]}" install -r "$REQ" >>"$LOG" 2>&1
+
+STEP="pip install --no-deps sglang==$SGLANG_VERSION"
+log "$STEP"
+"${PIP[@]}" install --no-deps "sglang==$SGLANG_VERSION" >>"$LOG" 2>&1
+
+STEP="trim triton's GPU binaries"
+SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+T="$SITE/triton"
+if [[ -d "$T" ]]; then
+  rm -rf "$T/backends/nvidia/bin" "$T/backends/nvidia/lib" "$T/backends/amd/lib" "$T/_C/libproton.so"
+fi
+
+STEP="write the .pth (torchvision stub, caches)"
+# Lines of a .pth: a directory is appended to sys.path; a line starting with `import` runs.
+"$VENV/bin/python" - "$SITE/sglang_oracle.pth" "$SHIMS" "$CACHE" <<'PY'
+import sys
+pth, shims, cache = sys.argv[1:]
+env = {
+    "SGLANG_CACHE_DIR": f"{cache}/sglang",
+    "HF_HOME": f"{cache}/hf",
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "TORCHINDUCTOR_CACHE_DIR": f"{cache}/torchinductor",
+    "TRITON_CACHE_DIR": f"{cache}/triton",
+    "TORCH_HOME": f"{cache}/torch",
+    "XDG_CACHE_HOME": f"{cache}/xdg",
+    "TVM_FFI_CACHE_DIR": f"{cache}/tvm-ffi",
+}
+with open(pth, "w") as f:
+    f.write(f"{shims}\n")
+    f.write(f"import os; [os.environ.setdefault(k, v) for k, v in {sorted(env.items())!r}]\n")
+PY
+
+STEP="smoke test (import ServerArgs and bench_serving)"
+log "$STEP"
+(cd "$CACHE" && "$VENV/bin/python" - "$SGLANG_VERSION" "$SHIMS" >>"$LOG" 2>&1) <<'PY'
+import importlib.metadata as md, sys
+want, shims = sys.argv[1:]
+import torchvision
+assert torchvision.__file__.startswith(shims), torchvision.__file__
+from sglang.srt.server_args import ServerArgs, prepare_server_args  # noqa: F401
+import sglang.bench_serving  # noqa: F401
+assert md.version("sglang") == want, md.version("sglang")
+print("smoke OK: sglang", want, "torch", md.version("torch"))
+PY
+
+echo "$FP" > "$FP_FILE"
+log "done: sglang $SGLANG_VERSION in $VENV ($(du -sh "$VENV" | cut -f1))"
