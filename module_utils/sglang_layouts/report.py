@@ -1,0 +1,329 @@
+"""The comparison report of one run: records -> table rows, winners, CSV, JSON, Markdown, plots.
+
+Pure functions first (``rows``, ``winners``, ``to_csv``, ``to_markdown``); ``build_report``
+does the file I/O; ``plot`` needs matplotlib (the controller's .venv) and uses the Agg
+backend. Command line::
+
+    python -m sglang_layouts.report --results-dir results [--run-id ID] [--no-plots]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import sys
+
+from . import results as _results
+
+COLUMNS = (
+    ("host", "host"),
+    ("layout", "layout"),
+    ("gpus", "GPUs"),
+    ("status", "status"),
+    ("single_tok_s", "single-request tok/s"),
+    ("peak_tok_s", "peak tok/s"),
+    ("peak_concurrency", "@ conc."),
+    ("peak_tok_s_per_gpu", "peak tok/s/GPU"),
+    ("ttft_c1_p50_ms", "TTFT c=1 p50 ms"),
+    ("ttft_c1_p99_ms", "TTFT c=1 p99 ms"),
+    ("ttft_peak_p50_ms", "TTFT peak p50 ms"),
+    ("ttft_peak_p99_ms", "TTFT peak p99 ms"),
+    ("knee_concurrency", "knee"),
+    ("ready_s", "ready s"),
+    ("kv_predicted", "KV tokens predicted"),
+    ("kv_measured", "KV tokens measured"),
+    ("kv_error_pct", "KV error %"),
+    ("simulated", "simulated"),
+)
+
+
+def _status_text(rec):
+    status = rec.get("status")
+    if status in ("failed",):
+        return f"failed: {rec.get('failure_class') or 'unknown'}"
+    if status == "skipped":
+        verdict = (rec.get("prediction") or {}).get("verdict") or rec.get("failure_class") or "skipped"
+        return f"skipped: {verdict}"
+    if status == "degraded":
+        failed = (rec.get("summary") or {}).get("failed")
+        return f"degraded ({failed} requests failed)"
+    return status or "?"
+
+
+def rows(records):
+    """One row per record (the latest attempt of each host/layout), in record order."""
+    out = []
+    for rec in records:
+        s = rec.get("summary") or {}
+        kv = rec.get("kv_tokens") or {}
+        health = rec.get("health") or {}
+        out.append(
+            {
+                "host": rec["host"],
+                "layout": rec["layout"],
+                "gpus": rec.get("gpus_used"),
+                "status": _status_text(rec),
+                "status_code": rec.get("status"),
+                "failure_class": rec.get("failure_class"),
+                "single_tok_s": s.get("single_request_tok_s"),
+                "peak_tok_s": s.get("peak_output_tok_s"),
+                "peak_concurrency": s.get("peak_concurrency"),
+                "peak_tok_s_per_gpu": s.get("peak_tok_s_per_gpu"),
+                "ttft_c1_p50_ms": s.get("single_request_ttft_ms_p50"),
+                "ttft_c1_p99_ms": s.get("single_request_ttft_ms_p99"),
+                "ttft_peak_p50_ms": s.get("peak_ttft_ms_p50"),
+                "ttft_peak_p99_ms": s.get("peak_ttft_ms_p99"),
+                "knee_concurrency": s.get("knee_concurrency"),
+                "ready_s": health.get("ready_after_s"),
+                "kv_predicted": kv.get("predicted"),
+                "kv_measured": kv.get("measured"),
+                "kv_error_pct": kv.get("error_pct"),
+                "simulated": bool(rec.get("simulated")),
+                "reasons": rec.get("reasons") or [],
+                "msg": rec.get("msg"),
+                "attempt": rec.get("attempt", 1),
+            }
+        )
+    return out
+
+
+def winners(table):
+    """The best measured row for single-request speed and for peak throughput (ok/degraded rows only)."""
+
+    def best(key):
+        cands = [r for r in table if r["status_code"] in ("ok", "degraded") and r[key] is not None]
+        if not cands:
+            return None
+        r = max(cands, key=lambda r: r[key])
+        return {"host": r["host"], "layout": r["layout"], "value": r[key], "simulated": r["simulated"]}
+
+    win = {"single_request": best("single_tok_s"), "peak_throughput": best("peak_tok_s")}
+    if win["peak_throughput"]:
+        r = next(
+            r
+            for r in table
+            if (r["host"], r["layout"]) == (win["peak_throughput"]["host"], win["peak_throughput"]["layout"])
+        )
+        win["peak_throughput"]["concurrency"] = r["peak_concurrency"]
+    return win
+
+
+def _fmt(v, key=None):
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if key in ("kv_error_pct",):
+            return f"{v:+.1f}"
+        return f"{v:.1f}" if abs(v) >= 10 or key in ("ready_s",) else f"{v:.2f}"
+    return str(v)
+
+
+def to_csv(table):
+    buf = io.StringIO()
+    keys = [k for k, _ in COLUMNS] + ["failure_class", "attempt"]
+    w = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in table:
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in keys})
+    return buf.getvalue()
+
+
+def _label(row, multi_host):
+    name = f"{row['host']}/{row['layout']}" if multi_host else row["layout"]
+    return f"{name} [simulated]" if row["simulated"] else name
+
+
+def to_markdown(run_id, table, win, plots=()):
+    multi_host = len({r["host"] for r in table}) > 1
+    simulated = any(r["simulated"] for r in table)
+    lines = [f"# Layout comparison: run {run_id}", ""]
+    if simulated:
+        lines += [
+            "> **SIMULATED**: rows marked *simulated* come from the simulated engine (`sglang_sim`), not from "
+            "GPUs. They show the flow and the planner's verdicts; their speeds are the simulator's cost model.",
+            "",
+        ]
+    cols = [(k, h) for k, h in COLUMNS if k not in ("host", "simulated") or (k == "host" and multi_host)]
+    lines.append("| " + " | ".join(h for _, h in cols) + " |")
+    lines.append("|" + "|".join("---" for _ in cols) + "|")
+    for r in table:
+        cells = []
+        for k, _ in cols:
+            if k == "layout":
+                cells.append(f"{r['layout']}{' (simulated)' if r['simulated'] else ''}")
+            else:
+                cells.append(_fmt(r[k], k))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for title, key, unit in (
+        ("single-request speed", "single_request", "tok/s at concurrency 1"),
+        ("peak throughput", "peak_throughput", "aggregate output tok/s"),
+    ):
+        w = win.get(key)
+        if w is None:
+            lines.append(f"- Winner for {title}: none (no layout was measured).")
+            continue
+        at = f" @ concurrency {w['concurrency']}" if w.get("concurrency") else ""
+        sim = " (simulated)" if w["simulated"] else ""
+        who = f"{w['host']}/{w['layout']}" if multi_host else w["layout"]
+        lines.append(f"- **Winner for {title}: {who}**{sim}: {w['value']:.1f} {unit}{at}.")
+    notes = [r for r in table if r["status_code"] in ("failed", "skipped")]
+    if notes:
+        lines += ["", "Not measured:", ""]
+        for r in notes:
+            why = "; ".join(r["reasons"]) or r["msg"] or ""
+            lines.append(f"- {_label(r, multi_host)}: {r['status']}{(' - ' + why) if why else ''}")
+    if plots:
+        lines += [""] + [f"![{os.path.splitext(p)[0]}]({p})" for p in plots]
+    lines += [
+        "",
+        "Single-request tok/s = mean (completion_tokens - 1) / (e2e - TTFT) at concurrency 1; peak tok/s = max over "
+        "levels of output tokens / level duration; knee = smallest concurrency reaching 90 % of the peak; KV error = "
+        "(predicted - measured) / measured. Every record carries all formulas under `formulas`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(records, outdir, run_id):
+    """Two PNGs: output tok/s vs concurrency per layout, and the Pareto view. Returns their file names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = [r for r in records if r.get("levels") and r.get("status") in ("ok", "degraded")]
+    multi_host = len({r["host"] for r in records}) > 1
+    simulated = any(r.get("simulated") for r in records)
+    tag = " (SIMULATED)" if simulated else ""
+    names = []
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for rec in measured:
+        lv = sorted(rec["levels"], key=lambda x: x["concurrency"])
+        label = _label(
+            {"host": rec["host"], "layout": rec["layout"], "simulated": rec.get("simulated")}, multi_host
+        )
+        ax.plot([x["concurrency"] for x in lv], [x["output_tok_s"] for x in lv], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("concurrency (streams)")
+    ax.set_ylabel("aggregate output tok/s")
+    ax.set_title(f"Output throughput vs concurrency, run {run_id}{tag}")
+    ax.grid(True, alpha=0.3)
+    if measured:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, "throughput.png"), dpi=110)
+    plt.close(fig)
+    names.append("throughput.png")
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    points = []
+    for rec in measured:
+        gpus = rec.get("gpus_used") or 1
+        label = _label(
+            {"host": rec["host"], "layout": rec["layout"], "simulated": rec.get("simulated")}, multi_host
+        )
+        xs, ys = [], []
+        for x in sorted(rec["levels"], key=lambda x: x["concurrency"]):
+            per_user = (x.get("decode_tok_s") or {}).get("mean")
+            if per_user is None:
+                continue
+            xs.append(per_user)
+            ys.append(x["output_tok_s"] / gpus)
+            points.append((per_user, x["output_tok_s"] / gpus))
+            ax.annotate(f"c{x['concurrency']}", (xs[-1], ys[-1]), fontsize=6, alpha=0.7)
+        ax.plot(xs, ys, marker="o", label=label)
+    frontier = pareto_front(points)
+    if frontier:
+        ax.plot(
+            [p[0] for p in frontier], [p[1] for p in frontier], "k--", lw=1, alpha=0.5, label="Pareto front"
+        )
+    ax.set_xlabel("tok/s per user (mean per-request decode speed)")
+    ax.set_ylabel("tok/s per GPU (aggregate output / GPUs used)")
+    ax.set_title(f"Per-user speed vs per-GPU throughput, run {run_id}{tag}")
+    ax.grid(True, alpha=0.3)
+    if measured:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, "pareto.png"), dpi=110)
+    plt.close(fig)
+    names.append("pareto.png")
+    return names
+
+
+def pareto_front(points):
+    """Points not dominated in (x, y), both larger-is-better; sorted by x."""
+    front = []
+    for p in sorted(set(points), key=lambda p: (-p[0], -p[1])):
+        if not front or p[1] > front[-1][1]:
+            front.append(p)
+    return sorted(front)
+
+
+def _write(path, text):
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def build_report(results_dir, run_id=None, plots=True):
+    """Write REPORT.md, summary.csv, summary.json (and the PNGs) into results/<run id>/; returns a summary."""
+    run_id = _results.resolve_run_id(results_dir, run_id)
+    records = _results.load_run(results_dir, run_id)
+    table = rows(records)
+    win = winners(table)
+    outdir = _results.run_dir(results_dir, run_id)
+    pngs = plot(records, outdir, run_id) if plots and records else []
+    markdown = to_markdown(run_id, table, win, pngs)
+    _write(os.path.join(outdir, "REPORT.md"), markdown)
+    _write(os.path.join(outdir, "summary.csv"), to_csv(table))
+    doc = {
+        "schema": "sglang-layouts/summary/v1",
+        "run_id": run_id,
+        "simulated": any(r["simulated"] for r in table),
+        "winners": win,
+        "rows": table,
+        "formulas": _results.FORMULAS,
+    }
+    _write(os.path.join(outdir, "summary.json"), json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return {
+        "run_id": run_id,
+        "dir": outdir,
+        "files": ["REPORT.md", "summary.csv", "summary.json", *pngs],
+        "markdown": markdown,
+        "winners": win,
+        "rows": len(table),
+    }
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m sglang_layouts.report", description=__doc__.splitlines()[0])
+    ap.add_argument("--results-dir", required=True)
+    ap.add_argument("--run-id", default=None, help="default: the run results/latest points at")
+    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print the summary as JSON instead of the Markdown")
+    args = ap.parse_args(argv)
+    try:
+        out = build_report(args.results_dir, args.run_id, plots=not args.no_plots)
+    except _results.ResultError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({k: v for k, v in out.items() if k != "markdown"}, indent=2))
+    else:
+        print(out["markdown"])
+        print(f"(written to {out['dir']}: {', '.join(out['files'])})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,268 @@
+"""Result records: one versioned JSON file per (run, host, layout, attempt), never overwritten.
+
+Layout on the controller::
+
+    results/<run id>/<host>/<layout>.json            first attempt
+    results/<run id>/<host>/<layout>.attempt2.json   a forced re-run in the same run id (then 3, 4, ...)
+    results/latest -> <run id>                       the newest run (symlink, replaced atomically)
+
+A record is written to a temporary file in the same folder, fsynced, then hard-linked
+to its final name (``os.link`` fails when the name exists, so an existing record is
+never replaced, even by two writers racing), then the temporary name is removed and
+the folder fsynced. A re-run never edits a record: it adds the next attempt, and
+readers take the highest attempt of each (host, layout).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import tempfile
+
+from .bench import FORMULAS as BENCH_FORMULAS
+
+SCHEMA = "sglang-layouts/result/v1"
+STATUSES = ("ok", "degraded", "failed", "skipped")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$")
+_FILE = re.compile(r"^(?P<layout>.+?)(?:\.attempt(?P<n>[0-9]+))?\.json$")
+
+FORMULAS = dict(
+    BENCH_FORMULAS,
+    tok_s_per_gpu="output_tok_s / gpus_used (gpus_used from the plan: tp x pp, x dp without dp-attention)",
+    kv_tokens_error_pct="100 x (predicted kv_tokens - measured max_total_num_tokens) / measured",
+    ready_after_s="seconds from the service start to GET /health = 200 (sglang_health)",
+)
+
+
+class ResultError(ValueError):
+    """Bad run id, host or layout name, or a malformed record."""
+
+
+def new_run_id(now=None):
+    """A UTC timestamp, sortable: 20261129T152300Z."""
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%SZ")
+
+
+def check_name(kind, value):
+    if not isinstance(value, str) or not _NAME.match(value) or value in ("latest", ".", ".."):
+        raise ResultError(
+            f"{kind} {value!r} cannot name a results folder: use letters, digits, '_', '-', '.', '@', '+' "
+            "(not 'latest'), at most 128 characters"
+        )
+    return value
+
+
+def run_dir(results_dir, run_id):
+    return os.path.join(results_dir, check_name("run id", run_id))
+
+
+def record_path(results_dir, run_id, host, layout, attempt=1):
+    check_name("host", host)
+    check_name("layout", layout)
+    name = f"{layout}.json" if attempt == 1 else f"{layout}.attempt{attempt}.json"
+    return os.path.join(run_dir(results_dir, run_id), host, name)
+
+
+def attempts(results_dir, run_id, host, layout):
+    """Attempt numbers stored for one (host, layout), ascending."""
+    folder = os.path.join(run_dir(results_dir, run_id), check_name("host", host))
+    found = []
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    for name in names:
+        m = _FILE.match(name)
+        if m and m.group("layout") == layout:
+            found.append(int(m.group("n") or 1))
+    return sorted(found)
+
+
+def build_record(
+    run_id,
+    host,
+    layout,
+    status,
+    *,
+    engine=None,
+    plan=None,
+    health=None,
+    bench=None,
+    failure_class=None,
+    evidence=None,
+    msg=None,
+    reasons=None,
+    argv=None,
+    versions=None,
+    gpu=None,
+    extra=None,
+):
+    """Assemble a record (no I/O). plan = the planner's entry for the layout; health = sglang_health facts;
+    bench = the sglang_bench facts."""
+    check_name("host", host)
+    check_name("layout", layout)
+    check_name("run id", run_id)
+    if status not in STATUSES:
+        raise ResultError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
+    plan = plan or {}
+    health = health or {}
+    predicted_kv = plan.get("kv_tokens")
+    measured_kv = health.get("max_total_num_tokens")
+    kv_err = None
+    if isinstance(predicted_kv, (int, float)) and isinstance(measured_kv, (int, float)) and measured_kv:
+        kv_err = 100.0 * (predicted_kv - measured_kv) / measured_kv
+    gpus_used = plan.get("gpus_used")
+    summary = dict((bench or {}).get("summary") or {})
+    if summary.get("peak_output_tok_s") is not None and gpus_used:
+        summary["peak_tok_s_per_gpu"] = summary["peak_output_tok_s"] / gpus_used
+    return {
+        "schema": SCHEMA,
+        "run_id": run_id,
+        "host": host,
+        "layout": layout,
+        "status": status,
+        "simulated": engine == "sim",
+        "engine": engine,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "failure_class": failure_class,
+        "msg": msg,
+        "evidence": evidence,
+        "reasons": list(reasons or plan.get("reasons") or []),
+        "prediction": {
+            k: plan.get(k)
+            for k in (
+                "verdict",
+                "failure",
+                "gpus_used",
+                "gpu_ids",
+                "parallel",
+                "weights_gib_per_gpu",
+                "budget_gib",
+                "kv_tokens",
+                "kv_tokens_total",
+                "notes",
+                "unit_name",
+                "port",
+            )
+            if k in plan
+        },
+        "gpus_used": gpus_used,
+        "argv": argv if argv is not None else plan.get("argv"),
+        "env": plan.get("env"),
+        "versions": versions or {},
+        "gpu": gpu or {},
+        "health": health,
+        "kv_tokens": {"predicted": predicted_kv, "measured": measured_kv, "error_pct": kv_err},
+        "summary": summary,
+        "levels": list((bench or {}).get("levels") or []),
+        "bench_config": (bench or {}).get("config"),
+        "server": (bench or {}).get("server"),
+        "formulas": FORMULAS,
+        "extra": extra or {},
+    }
+
+
+def _fsync_dir(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_record(results_dir, record):
+    """Store a record as the next attempt of its (run, host, layout); returns (path, attempt).
+
+    Never replaces a file: the final name is created with os.link, which fails if it exists,
+    in which case the next attempt number is tried."""
+    if record.get("schema") != SCHEMA:
+        raise ResultError(f"not a {SCHEMA} record")
+    run_id, host, layout = record["run_id"], record["host"], record["layout"]
+    folder = os.path.dirname(record_path(results_dir, run_id, host, layout))
+    os.makedirs(folder, exist_ok=True)
+    existing = attempts(results_dir, run_id, host, layout)
+    attempt = (existing[-1] + 1) if existing else 1
+    fd, tmp = tempfile.mkstemp(prefix=f".{layout}.", suffix=".tmp", dir=folder)
+    try:
+        for _ in range(1000):
+            record = dict(record, attempt=attempt)
+            data = json.dumps(record, indent=2, sort_keys=True, default=str).encode() + b"\n"
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, data)
+            os.fsync(fd)
+            path = record_path(results_dir, run_id, host, layout, attempt)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                attempt += 1
+                continue
+            _fsync_dir(folder)
+            return path, attempt
+        raise ResultError(f"could not find a free attempt number for {host}/{layout} in run {run_id}")
+    finally:
+        os.close(fd)
+        os.unlink(tmp)
+
+
+def update_latest(results_dir, run_id):
+    """Point results/latest at run_id (a relative symlink swapped in with os.replace)."""
+    run_dir(results_dir, run_id)
+    link = os.path.join(results_dir, "latest")
+    tmp = os.path.join(results_dir, f".latest.{os.getpid()}.tmp")
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(run_id, tmp)
+    os.replace(tmp, link)
+    _fsync_dir(results_dir)
+    return link
+
+
+def resolve_run_id(results_dir, run_id=None):
+    """run_id as given, or the target of results/latest when it is None/'' / 'latest'."""
+    if run_id and run_id != "latest":
+        return check_name("run id", run_id)
+    link = os.path.join(results_dir, "latest")
+    if not os.path.islink(link):
+        raise ResultError(f"no run id given and {link} does not exist: run a sweep first or pass run_id")
+    return check_name("run id", os.readlink(link).rstrip("/").split("/")[-1])
+
+
+def load_record(path):
+    with open(path, encoding="utf-8") as fh:
+        record = json.load(fh)
+    if record.get("schema") != SCHEMA:
+        raise ResultError(f"{path}: schema {record.get('schema')!r} is not {SCHEMA}")
+    return record
+
+
+def load_run(results_dir, run_id, all_attempts=False):
+    """Records of a run, sorted by (host, layout); only the highest attempt of each unless all_attempts."""
+    base = run_dir(results_dir, run_id)
+    if not os.path.isdir(base):
+        raise ResultError(f"no results for run {run_id!r} under {results_dir}")
+    chosen = {}
+    for host in sorted(os.listdir(base)):
+        folder = os.path.join(base, host)
+        if not os.path.isdir(folder) or host.startswith("."):
+            continue
+        for name in sorted(os.listdir(folder)):
+            m = _FILE.match(name)
+            if not m or name.startswith("."):
+                continue
+            record = load_record(os.path.join(folder, name))
+            record.setdefault("attempt", int(m.group("n") or 1))
+            key = (record["host"], record["layout"])
+            if all_attempts:
+                chosen[(*key, record["attempt"])] = record
+            elif key not in chosen or record["attempt"] > chosen[key]["attempt"]:
+                chosen[key] = record
+    return [chosen[k] for k in sorted(chosen)]

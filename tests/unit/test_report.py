@@ -1,0 +1,145 @@
+"""The report: rows, winners, CSV/JSON/Markdown and the PNGs, from stored records."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from sglang_layouts import report, results
+
+
+def _level(c, tok, per_user, ttft):
+    st = {"mean": ttft, "p50": ttft, "p90": ttft, "p99": ttft * 2}
+    return {
+        "concurrency": c,
+        "completed": 4 * c,
+        "failed": 0,
+        "output_tok_s": tok,
+        "decode_tok_s": {"mean": per_user, "p50": per_user, "p90": per_user, "p99": per_user},
+        "ttft_ms": st,
+        "warnings": [],
+    }
+
+
+def _store(rd, layout, gpus, levels, status="ok", engine="sim", **kw):
+    from sglang_layouts import bench
+
+    b = {"summary": bench.summarize(levels), "levels": levels, "config": {}, "server": {}}
+    plan = {
+        "verdict": kw.pop("verdict", "fits"),
+        "gpus_used": gpus,
+        "kv_tokens": 1000,
+        "reasons": kw.pop("reasons", []),
+    }
+    rec = results.build_record(
+        "run1",
+        "seed-box",
+        layout,
+        status,
+        engine=engine,
+        plan=plan,
+        health={"max_total_num_tokens": 900, "ready_after_s": 2.5} if status == "ok" else {},
+        bench=b if status == "ok" else None,
+        **kw,
+    )
+    results.write_record(rd, rec)
+
+
+def _fill(rd):
+    _store(
+        rd,
+        "tp8",
+        8,
+        [_level(1, 26.0, 26.0, 50.0), _level(16, 400.0, 25.0, 80.0), _level(64, 808.0, 12.6, 300.0)],
+    )
+    _store(
+        rd,
+        "ep8",
+        8,
+        [_level(1, 65.0, 65.0, 40.0), _level(16, 900.0, 56.0, 70.0), _level(64, 961.0, 15.0, 250.0)],
+    )
+    _store(
+        rd,
+        "tp4ep2",
+        4,
+        [],
+        status="skipped",
+        verdict="oom",
+        reasons=["weights 150 GiB per GPU > budget 83.6 GiB"],
+    )
+    _store(
+        rd,
+        "pp8",
+        8,
+        [],
+        status="failed",
+        failure_class="oom_at_load",
+        msg="died",
+        evidence={"line": "CUDA out of memory"},
+    )
+
+
+def test_rows_winners_and_files(tmp_path):
+    rd = str(tmp_path)
+    _fill(rd)
+    results.update_latest(rd, "run1")
+    out = report.build_report(rd, None, plots=True)
+    assert out["run_id"] == "run1" and out["rows"] == 4
+    assert out["winners"]["single_request"]["layout"] == "ep8"
+    assert out["winners"]["peak_throughput"] == {
+        "host": "seed-box",
+        "layout": "ep8",
+        "value": 961.0,
+        "simulated": True,
+        "concurrency": 64,
+    }
+    md = (tmp_path / "run1" / "REPORT.md").read_text()
+    assert "SIMULATED" in md and "ep8 (simulated)" in md
+    assert "Winner for single-request speed: ep8" in md and "Winner for peak throughput: ep8" in md
+    assert "failed: oom_at_load" in md and "skipped: oom" in md and "weights 150 GiB" in md
+    assert "![throughput](throughput.png)" in md
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "run1" / "summary.csv").read_text())))
+    tp8 = next(r for r in rows if r["layout"] == "tp8")
+    assert (
+        float(tp8["peak_tok_s"]) == 808.0 and tp8["peak_concurrency"] == "64" and tp8["simulated"] == "True"
+    )
+    assert float(tp8["kv_error_pct"]) == (1000 - 900) / 900 * 100
+    assert tp8["ttft_c1_p50_ms"] == "50.0" and tp8["ttft_peak_p99_ms"] == "600.0"
+    doc = json.loads((tmp_path / "run1" / "summary.json").read_text())
+    assert doc["simulated"] is True and len(doc["rows"]) == 4 and "ttft_ms" in doc["formulas"]
+    for png in ("throughput.png", "pareto.png"):
+        data = (tmp_path / "run1" / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_report_is_rebuilt_from_stored_results_and_prefers_the_latest_attempt(tmp_path):
+    rd = str(tmp_path)
+    _fill(rd)
+    _store(
+        rd, "pp8", 8, [_level(1, 36.9, 36.9, 45.0), _level(64, 396.0, 6.0, 400.0)]
+    )  # forced rerun succeeded
+    out = report.build_report(rd, "run1", plots=False)
+    md = out["markdown"]
+    assert "failed: oom_at_load" not in md
+    assert out["files"] == ["REPORT.md", "summary.csv", "summary.json"]
+
+
+def test_real_engine_rows_are_not_marked_simulated(tmp_path):
+    rd = str(tmp_path)
+    _store(rd, "tp8", 8, [_level(1, 26.0, 26.0, 50.0)], engine="sglang")
+    out = report.build_report(rd, "run1", plots=False)
+    assert "SIMULATED" not in out["markdown"] and "simulated" not in out["markdown"].split("\n")[2:][0]
+
+
+def test_pareto_front():
+    pts = [(10, 100), (20, 90), (15, 80), (5, 120), (20, 95)]
+    assert report.pareto_front(pts) == [(5, 120), (10, 100), (20, 95)]
+
+
+def test_cli_prints_the_table(tmp_path, capsys):
+    rd = str(tmp_path)
+    _fill(rd)
+    assert report.main(["--results-dir", rd, "--run-id", "run1", "--no-plots"]) == 0
+    assert "| layout |" in capsys.readouterr().out
+    assert report.main(["--results-dir", rd, "--run-id", "nope", "--no-plots"]) == 2

@@ -1,0 +1,114 @@
+"""Result records: schema, never-overwrite, attempts, latest symlink."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from sglang_layouts import results
+
+
+def _bench(tok=100.0):
+    return {
+        "summary": {"single_request_tok_s": 40.0, "peak_output_tok_s": tok, "peak_concurrency": 16},
+        "levels": [{"concurrency": 1, "output_tok_s": 40.0}],
+        "config": {"input_len": 8},
+        "server": {"version": "x"},
+    }
+
+
+def test_record_carries_schema_formulas_prediction_and_kv_error():
+    plan = {
+        "verdict": "fits",
+        "gpus_used": 8,
+        "kv_tokens": 1100,
+        "argv": ["python3", "-m", "x"],
+        "reasons": [],
+    }
+    rec = results.build_record(
+        "r1",
+        "box",
+        "tp8",
+        "ok",
+        engine="sim",
+        plan=plan,
+        health={"max_total_num_tokens": 1000},
+        bench=_bench(),
+    )
+    assert rec["schema"] == results.SCHEMA and rec["simulated"] is True
+    assert rec["kv_tokens"] == {"predicted": 1100, "measured": 1000, "error_pct": pytest.approx(10.0)}
+    assert rec["summary"]["peak_tok_s_per_gpu"] == pytest.approx(100.0 / 8)
+    assert rec["argv"] == ["python3", "-m", "x"] and rec["prediction"]["verdict"] == "fits"
+    assert {"ttft_ms", "tpot_ms", "itl_ms", "kv_tokens_error_pct", "tok_s_per_gpu"} <= set(rec["formulas"])
+
+
+@pytest.mark.parametrize("bad", ["latest", "../x", "a/b", "", ".", "x" * 200])
+def test_unsafe_names_are_refused(bad):
+    with pytest.raises(results.ResultError):
+        results.record_path("/tmp", bad, "h", "l")
+
+
+def test_status_must_be_known():
+    with pytest.raises(results.ResultError, match="status"):
+        results.build_record("r", "h", "l", "great")
+
+
+def test_records_are_never_overwritten_a_rerun_adds_an_attempt(tmp_path):
+    rd = str(tmp_path)
+    p1, a1 = results.write_record(rd, results.build_record("r1", "h", "tp8", "ok", bench=_bench(100.0)))
+    before = Path(p1).read_bytes()
+    p2, a2 = results.write_record(
+        rd, results.build_record("r1", "h", "tp8", "failed", failure_class="oom_at_load")
+    )
+    assert (a1, a2) == (1, 2) and p1.endswith("r1/h/tp8.json") and p2.endswith("r1/h/tp8.attempt2.json")
+    assert Path(p1).read_bytes() == before
+    assert json.loads(Path(p2).read_text())["attempt"] == 2
+    assert results.attempts(rd, "r1", "h", "tp8") == [1, 2]
+    recs = results.load_run(rd, "r1")
+    assert [(r["layout"], r["status"], r["attempt"]) for r in recs] == [("tp8", "failed", 2)]
+    assert len(results.load_run(rd, "r1", all_attempts=True)) == 2
+    # no temporary files left behind
+    assert sorted(os.listdir(tmp_path / "r1" / "h")) == ["tp8.attempt2.json", "tp8.json"]
+
+
+def test_concurrent_writers_never_lose_a_record(tmp_path):
+    rd = str(tmp_path)
+    paths = []
+
+    def w(i):
+        paths.append(results.write_record(rd, results.build_record("r", "h", "ep8", "ok", extra={"i": i}))[0])
+
+    threads = [threading.Thread(target=w, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(paths)) == 8
+    seen = {json.loads(Path(p).read_text())["extra"]["i"] for p in paths}
+    assert seen == set(range(8))
+
+
+def test_latest_symlink_points_at_the_newest_run(tmp_path):
+    rd = str(tmp_path)
+    results.write_record(rd, results.build_record("20260101T000000Z", "h", "a", "ok"))
+    results.update_latest(rd, "20260101T000000Z")
+    results.update_latest(rd, "20260102T000000Z")
+    assert os.readlink(tmp_path / "latest") == "20260102T000000Z"
+    assert results.resolve_run_id(rd) == "20260102T000000Z"
+    assert results.resolve_run_id(rd, "other") == "other"
+
+
+def test_resolve_without_latest_says_what_to_do(tmp_path):
+    with pytest.raises(results.ResultError, match="run a sweep first"):
+        results.resolve_run_id(str(tmp_path))
+
+
+def test_new_run_id_is_a_sortable_utc_stamp():
+    import datetime as dt
+
+    assert (
+        results.new_run_id(dt.datetime(2026, 11, 29, 15, 23, 0, tzinfo=dt.timezone.utc)) == "20261129T152300Z"
+    )
