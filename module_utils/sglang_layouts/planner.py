@@ -618,7 +618,7 @@ def plan_layout(layout: dict, spec: ModelSpec, hardware: dict, serving: dict, *,
         plan["reasons"] += moved
         plan["notes"] = [n for n in notes if n not in moved]
         plan["reasons"].append(
-            f"{lay['name']}: {par['gpus_per_engine']} GPUs, about {weights:.1f} GiB of weights each against an "
+            f"{lay['name']}: {par['gpus_per_engine']} GPUs, about {weights:.1f} GiB of weights each against the "
             f"{budget:.1f} GiB budget ({capacity:g} GiB per GPU): CUDA runs out of memory while loading the weights, "
             "and no --mem-fraction-static can help. Spread the model over more GPUs."
         )
