@@ -50,8 +50,8 @@ sweep: $(STAMP) ## plan, deploy, health, benchmark, report for every layout of $
 report: $(STAMP) ## rebuild the report of the latest (or RUN_ID=) run from stored results
 	$(VENV)/bin/ansible-playbook -i $(INVENTORY) playbooks/report.yml $(if $(RUN_ID),-e run_id=$(RUN_ID))
 
-sim: $(STAMP) ## run the simulated engine in the foreground: make sim ARGS="--model-path models/kimi-k2.6 --tp-size 8"
-	$(PY) -m sim $(ARGS)
+sim: $(STAMP) ## run the simulated engine in the foreground: make sim ARGS="--model-path models/kimi-k2.6 --tp-size 8 --ep-size 8"
+	$(PY) -m sglang_sim $(ARGS)
 
 test: lint unit integration conformance molecule ## everything CI runs
 

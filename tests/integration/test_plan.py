@@ -1,0 +1,79 @@
+"""plan.yml and the shared group_vars, through ansible-runner on the real inventories."""
+
+import json
+
+import pytest
+import yaml
+from conftest import REPO, failed_messages
+
+INVENTORIES = sorted(p.name for p in (REPO / "inventory").iterdir() if (p / "hosts.yml").exists())
+SHARED = yaml.safe_load((REPO / "group_vars" / "all" / "engine.yml").read_text())
+
+
+def debug_msg(runner, task):
+    for ev in runner.events:
+        if ev.get("event") == "runner_on_ok" and ev["event_data"].get("task") == task:
+            return ev["event_data"]["res"]["msg"]
+    raise AssertionError(f"no output from task {task!r}")
+
+
+@pytest.mark.parametrize("inventory", INVENTORIES)
+def test_shared_group_vars_load_for_every_inventory(run_playbook, inventory):
+    r = run_playbook("vars.yml", inventory=f"inventory/{inventory}")
+    assert r.status == "successful", failed_messages(r)
+    msg = debug_msg(r, "Effective sglang-layouts variables")
+    # defined only in the repo's top-level group_vars/all/engine.yml
+    assert msg["sglang_version"] == SHARED["sglang_version"]
+    assert msg["serving"]["mem_fraction_static"] == 0.88
+
+
+def test_inventory_and_extra_vars_win_over_shared_defaults(run_playbook):
+    r = run_playbook("vars.yml", extravars={"sglang_mem_fraction_static": 0.9, "gpu_count": 4})
+    assert r.status == "successful", failed_messages(r)
+    msg = debug_msg(r, "Effective sglang-layouts variables")
+    assert msg["sglang_engine"] == "sim"  # inventory/demo's group_vars beat group_vars/all
+    assert msg["serving"]["mem_fraction_static"] == 0.9  # -e beats everything
+    assert msg["hardware"]["gpu_count"] == 4
+
+
+def test_plan_writes_json_and_says_why(run_playbook, tmp_path):
+    out = tmp_path / "plan"
+    r = run_playbook("plan.yml", extravars={"sglang_plan_dir": str(out)})
+    assert r.status == "successful", failed_messages(r)
+    doc = json.loads((out / "seed-box.json").read_text())
+    verdicts = {e["name"]: e["verdict"] for e in doc["layouts"]}
+    assert verdicts["tp4ep2"] == "oom" and verdicts["tp2ep4"] == "invalid" and verdicts["ep8"] == "fits"
+    assert doc["mode"] == "config" and doc["model"]["name"] == "kimi-k2.6"
+    for e in doc["layouts"]:
+        for key in (
+            "name",
+            "gpus_used",
+            "verdict",
+            "weights_gib_per_gpu",
+            "budget_gib",
+            "kv_tokens",
+            "reasons",
+            "argv",
+            "env",
+        ):
+            assert key in e
+    table = debug_msg(r, "Show the plan")
+    assert "tp4ep2" in table and "uses 4 of the 8 GPUs" in table
+    units = sorted(p.name for p in (out / "seed-box").glob("*.service"))
+    assert "sglang-kimi-k2-6-ep8.service" in units
+    assert "sglang-kimi-k2-6-tp2ep4.service" not in units  # invalid layouts get no unit
+    unit = (out / "seed-box" / "sglang-kimi-k2-6-ep8.service").read_text()
+    assert "--ep-size 8" in unit.replace("\\\n", " ").replace("  ", " ") or "--ep-size" in unit
+
+
+def test_plan_refuses_bad_input_before_anything(run_playbook, tmp_path):
+    r = run_playbook(
+        "plan.yml",
+        extravars={
+            "sglang_plan_dir": str(tmp_path / "p"),
+            "sglang_layouts": [{"name": "x", "tp": 8, "tpp": 2}],
+        },
+    )
+    assert r.status == "failed"
+    assert any("unknown key(s) tpp" in m for m in failed_messages(r))
+    assert not (tmp_path / "p").exists()
