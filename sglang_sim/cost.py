@@ -1,0 +1,153 @@
+"""Per-layout timing: how long one decode step and one prefill batch take.
+
+Decode is memory-bound: in one step every GPU reads its share of the weights once for the
+whole running batch, plus the KV cache of every running request, plus it waits for the
+step's collectives. With B requests running and pp pipeline stages (micro-batches of
+m = ceil(B / pp) requests on each stage):
+
+    touched   = 1 - (1 - top_k / n_experts) ** m       expected share of experts the batch routes to
+    bytes     = dense + experts * touched + kv_bytes_per_token_layer * layers * kv_tokens_in_use / pp
+    step      = sum over stages of t_stage + (pp - 1) * p2p_latency + overhead
+
+with, per stage, t_stage = bytes / (bandwidth * efficiency) + collectives * collective_latency.
+`dense_bytes` (batch-independent: attention, dense layers, shared experts, lm_head),
+`expert_bytes` (all routed-expert bytes held by one GPU of the stage), `layers` and
+`collectives` per stage, and n_experts / top_k come from the planner's layout plan
+(`cost`, see planner.decode_cost); `kv_bytes_per_token_layer` too. Every request in the
+batch gets one token per step, so a stream's inter-token latency is the step time.
+
+Prefill of a batch of new requests takes one step of that batch plus `prefill_per_token`
+per input token; while it runs the decode batch waits (SGLang's default, no mixed chunks).
+
+Every parameter can be overridden from the environment (README.md lists them).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+GIB = 1 << 30
+
+# Small-message collective latency and point-to-point hop latency by interconnect (seconds).
+# PCIe: NCCL all-reduce on 8 GPUs measured ~24 us with P2P, ~60 us reproduces the user's EP8
+# figure (notes/kimi-k2-memory.md section 8); NVLink: ~10 us.
+COLLECTIVE_LATENCY_S = {"pcie": 60e-6, "nvlink": 10e-6}
+P2P_LATENCY_S = {"pcie": 20e-6, "nvlink": 5e-6}
+
+
+def _env_float(name: str, default: float | None) -> float | None:
+    raw = os.environ.get(name)
+    if raw in (None, ""):
+        return default
+    return float(raw)
+
+
+@dataclass
+class Stage:
+    dense_bytes: float  # batch-independent bytes one GPU of the stage reads per step
+    expert_bytes: float  # all routed-expert bytes held by one GPU of the stage
+    layers: int
+    collectives: int  # all-reduces per step on this stage
+
+
+@dataclass
+class CostModel:
+    stages: list[Stage]
+    n_experts: int
+    top_k: int
+    kv_bytes_per_token_layer: float
+    bandwidth_bytes_s: float
+    efficiency: float = 0.7
+    collective_latency_s: float = 60e-6
+    p2p_latency_s: float = 20e-6
+    overhead_s: float = 0.3e-3
+    prefill_per_token_s: float = 0.15e-3
+    fixed_step_s: float | None = None
+
+    @property
+    def pp(self) -> int:
+        return max(1, len(self.stages))
+
+    def decode_step(self, batch: int, kv_tokens_in_use: int = 0) -> float:
+        """Seconds for one decode step of `batch` running requests."""
+        if self.fixed_step_s is not None:
+            return self.fixed_step_s
+        if batch <= 0:
+            return 0.0
+        pp = self.pp
+        micro = math.ceil(batch / pp)
+        touched = 0.0
+        if self.n_experts and self.top_k:
+            touched = 1.0 - (1.0 - min(1.0, self.top_k / self.n_experts)) ** micro
+        kv_tokens = kv_tokens_in_use / pp
+        rate = self.bandwidth_bytes_s * self.efficiency
+        t = 0.0
+        for st in self.stages:
+            nbytes = (
+                st.dense_bytes
+                + st.expert_bytes * touched
+                + self.kv_bytes_per_token_layer * st.layers * kv_tokens
+            )
+            t += nbytes / rate + st.collectives * self.collective_latency_s
+        return t + (pp - 1) * self.p2p_latency_s + self.overhead_s
+
+    def prefill(self, new_tokens: int, batch: int) -> float:
+        """Seconds for one prefill batch of `batch` requests holding `new_tokens` input tokens."""
+        return self.decode_step(batch) + new_tokens * self.prefill_per_token_s
+
+    def describe(self) -> dict:
+        return {
+            "stages": [vars(s) for s in self.stages],
+            "n_experts": self.n_experts,
+            "top_k": self.top_k,
+            "bandwidth_gbs": self.bandwidth_bytes_s / 1e9,
+            "efficiency": self.efficiency,
+            "collective_latency_us": self.collective_latency_s * 1e6,
+            "p2p_latency_us": self.p2p_latency_s * 1e6,
+            "overhead_ms": self.overhead_s * 1e3,
+            "prefill_ms_per_token": self.prefill_per_token_s * 1e3,
+            "fixed_step_ms": None if self.fixed_step_s is None else self.fixed_step_s * 1e3,
+            "decode_step_ms": {str(b): round(self.decode_step(b) * 1e3, 3) for b in (1, 8, 64)},
+        }
+
+
+def from_plan(layout_plan: dict, hardware: dict) -> CostModel:
+    """Build the model from the planner's layout plan (`cost`) and the simulated hardware."""
+    cost = layout_plan.get("cost") or {}
+    interconnect = str(hardware.get("gpu_interconnect") or cost.get("interconnect") or "pcie")
+    bw_gbs = float(hardware.get("gpu_memory_bandwidth_gbs") or cost.get("bandwidth_gbs") or 1792)
+    stages = [
+        Stage(
+            dense_bytes=float(s.get("dense_bytes", 0)),
+            expert_bytes=float(s.get("expert_bytes", 0)),
+            layers=int(s.get("layers", 0)),
+            collectives=int(s.get("collectives", 0)),
+        )
+        for s in cost.get("stages") or []
+    ]
+    if not stages:
+        # No cost in the plan: every weight byte of the busiest GPU is read each step.
+        stages = [Stage(float(layout_plan.get("weights_gib_per_gpu") or 0) * GIB, 0.0, 0, 0)]
+    model = CostModel(
+        stages=stages,
+        n_experts=int(cost.get("n_experts") or 0),
+        top_k=int(cost.get("top_k") or 0),
+        kv_bytes_per_token_layer=float(cost.get("kv_bytes_per_token_layer") or 0),
+        bandwidth_bytes_s=bw_gbs * 1e9,
+        collective_latency_s=COLLECTIVE_LATENCY_S.get(interconnect, COLLECTIVE_LATENCY_S["pcie"]),
+        p2p_latency_s=P2P_LATENCY_S.get(interconnect, P2P_LATENCY_S["pcie"]),
+    )
+    model.efficiency = _env_float("SGLANG_SIM_BW_EFFICIENCY", model.efficiency)
+    for env, attr, scale in (
+        ("SGLANG_SIM_COLLECTIVE_US", "collective_latency_s", 1e-6),
+        ("SGLANG_SIM_P2P_US", "p2p_latency_s", 1e-6),
+        ("SGLANG_SIM_STEP_OVERHEAD_MS", "overhead_s", 1e-3),
+        ("SGLANG_SIM_PREFILL_MS_PER_TOKEN", "prefill_per_token_s", 1e-3),
+        ("SGLANG_SIM_DECODE_STEP_MS", "fixed_step_s", 1e-3),
+    ):
+        v = _env_float(env, None)
+        if v is not None:
+            setattr(model, attr, v * scale)
+    return model

@@ -1,0 +1,204 @@
+"""Tracebacks and exit paths shaped like SGLang's (notes/sglang.md 3.4, 3.5).
+
+Frames name SGLang's real files and functions; line numbers are illustrative.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+_PY = f"python{sys.version_info.major}.{sys.version_info.minor}"
+SITE = os.environ.get("SGLANG_SIM_SITE_PACKAGES", f"/opt/sglang/venv/lib/{_PY}/site-packages")
+
+
+def format_size(nbytes: float) -> str:
+    """torch's format_size (c10/cuda/CUDACachingAllocator.cpp)."""
+    if nbytes <= 1024:
+        return f"{int(nbytes)} bytes"
+    if nbytes < MIB:
+        return f"{nbytes / 1024:.2f} KiB"
+    if nbytes < GIB:
+        return f"{nbytes / MIB:.2f} MiB"
+    return f"{nbytes / GIB:.2f} GiB"
+
+
+def _frame(path: str, line: int, func: str, code: str) -> str:
+    return f'  File "{SITE}/{path}", line {line}, in {func}\n    {code}\n'
+
+
+_SCHED_INIT = (
+    _frame("sglang/srt/managers/scheduler.py", 3612, "run_scheduler_process", "scheduler = Scheduler(")
+    + _frame("sglang/srt/managers/scheduler.py", 368, "__init__", "self.init_model_worker()")
+    + _frame("sglang/srt/managers/scheduler.py", 561, "init_model_worker", "self.tp_worker = TpModelWorker(")
+    + _frame("sglang/srt/managers/tp_worker.py", 246, "__init__", "self._model_runner = ModelRunner(")
+    + _frame(
+        "sglang/srt/model_executor/model_runner.py", 359, "__init__", "self.initialize(min_per_gpu_memory)"
+    )
+)
+
+
+def oom_figures(seq, capacity_gib: float, non_torch_gib: float):
+    """Walk the planner's allocation sequence until one tensor does not fit.
+
+    Returns (tensor_name, tried_bytes, allocated_bytes, free_bytes, reserved_unallocated)
+    or None if everything fits. Large blocks are rounded to 2 MiB like the caching allocator.
+    """
+    cap = capacity_gib * GIB
+    base = non_torch_gib * GIB
+    allocated = 0
+    for name, nbytes in seq:
+        block = -(-int(nbytes) // (2 * MIB)) * (2 * MIB) if nbytes > MIB else -(-int(nbytes) // 512) * 512
+        if base + allocated + block > cap:
+            left = max(0.0, cap - base - allocated)
+            reserved = min(left * 0.5, 12.5 * MIB)
+            return name, int(nbytes), allocated, left - reserved, reserved
+        allocated += block
+    return None
+
+
+def oom_traceback(
+    *, name: str, tried: int, gpu: int, capacity_gib: float, free: float, allocated: float, reserved: float
+) -> str:
+    in_use = capacity_gib * GIB - free
+    msg = (
+        f"CUDA out of memory. Tried to allocate {format_size(tried)}. GPU {gpu} has a total capacity of "
+        f"{format_size(capacity_gib * GIB)} of which {format_size(free)} is free. Including non-PyTorch "
+        f"memory, this process has {format_size(in_use)} memory in use. Of the allocated memory "
+        f"{format_size(allocated)} is allocated by PyTorch, and {format_size(reserved)} is reserved by "
+        "PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
+        "Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+    )
+    return (
+        "Traceback (most recent call last):\n"
+        + _SCHED_INIT
+        + _frame("sglang/srt/model_executor/model_runner.py", 445, "initialize", "self.load_model()")
+        + _frame("sglang/srt/model_executor/model_runner.py", 915, "load_model", "self.model = get_model(")
+        + _frame("sglang/srt/model_loader/__init__.py", 28, "get_model", "return loader.load_model(")
+        + _frame("sglang/srt/model_loader/loader.py", 594, "load_model", "model = _initialize_model(")
+        + _frame(
+            "sglang/srt/model_loader/loader.py", 262, "_initialize_model", "return model_class(**kwargs)"
+        )
+        + _frame(
+            "sglang/srt/layers/moe/fused_moe_triton/layer.py",
+            262,
+            "__init__",
+            "self.quant_method.create_weights(",
+        )
+        + _frame(
+            "sglang/srt/layers/quantization/compressed_tensors/compressed_tensors_moe.py",
+            178,
+            "create_weights",
+            f"{name.rsplit('.', 1)[-1]} = torch.nn.Parameter(",
+        )
+        + _frame("torch/utils/_device.py", 104, "__torch_function__", "return func(*args, **kwargs)")
+        + f"torch.OutOfMemoryError: {msg}"
+    )
+
+
+def kv_no_memory_traceback(mem_fraction_static) -> str:
+    return (
+        "Traceback (most recent call last):\n"
+        + _SCHED_INIT
+        + _frame("sglang/srt/model_executor/model_runner.py", 470, "initialize", "self.init_memory_pool(")
+        + _frame(
+            "sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
+            55,
+            "init_memory_pool",
+            "raise RuntimeError(",
+        )
+        + "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+        f"Current value: mem_fraction_static={mem_fraction_static}"
+    )
+
+
+def zero_division_traceback() -> str:
+    return (
+        "Traceback (most recent call last):\n"
+        '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
+        '  File "<frozen runpy>", line 88, in _run_code\n'
+        + _frame("sglang/launch_server.py", 32, "<module>", "run_server(server_args)")
+        + _frame("sglang/launch_server.py", 25, "run_server", "launch_server(server_args)")
+        + _frame(
+            "sglang/srt/entrypoints/http_server.py",
+            2151,
+            "launch_server",
+            "tokenizer_manager, template_manager, scheduler_info, port_args = _launch_subprocesses(",
+        )
+        + _frame(
+            "sglang/srt/entrypoints/engine.py",
+            1093,
+            "_launch_subprocesses",
+            "scheduler_procs = _launch_scheduler_processes(",
+        )
+        + _frame(
+            "sglang/srt/entrypoints/engine.py",
+            1003,
+            "_launch_scheduler_processes",
+            "_compute_parallelism_ranks(server_args, tp_rank)",
+        )
+        + _frame(
+            "sglang/srt/entrypoints/engine.py",
+            958,
+            "_compute_parallelism_ranks",
+            "moe_ep_rank = tp_rank // (server_args.tp_size // server_args.ep_size)",
+        )
+        + "ZeroDivisionError: integer division or modulo by zero"
+    )
+
+
+def assertion_traceback(reason: str) -> str:
+    return (
+        "Traceback (most recent call last):\n"
+        '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
+        '  File "<frozen runpy>", line 88, in _run_code\n'
+        + _frame("sglang/launch_server.py", 31, "<module>", "server_args = prepare_server_args(sys.argv[1:])")
+        + _frame(
+            "sglang/srt/server_args.py",
+            6230,
+            "prepare_server_args",
+            "return ServerArgs.from_cli_args(raw_args)",
+        )
+        + _frame("sglang/srt/server_args.py", 6063, "check_server_args", "assert (")
+        + f"AssertionError: {reason}"
+    )
+
+
+def runtime_traceback(frames: list[tuple[str, int, str, str]], exc: str) -> str:
+    return "Traceback (most recent call last):\n" + "".join(_frame(*f) for f in frames) + exc
+
+
+CRASH_FRAMES = [
+    ("sglang/srt/managers/scheduler.py", 3625, "run_scheduler_process", "scheduler.event_loop_overlap()"),
+    ("torch/utils/_contextlib.py", 120, "decorate_context", "return func(*args, **kwargs)"),
+    ("sglang/srt/managers/scheduler.py", 1142, "event_loop_overlap", "batch_result = self.run_batch(batch)"),
+    (
+        "sglang/srt/managers/scheduler.py",
+        2398,
+        "run_batch",
+        "batch_result = self.model_worker.forward_batch_generation(",
+    ),
+    (
+        "sglang/srt/managers/tp_worker.py",
+        421,
+        "forward_batch_generation",
+        "logits_output, can_run_cuda_graph = self.model_runner.forward(",
+    ),
+]
+CRASH_EXC = (
+    "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+    "might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+)
+
+
+def kill_self() -> None:
+    """kill_process_tree(os.getpid()): the main process dies by SIGKILL of itself."""
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,71 @@
+"""Glue between SGLang's command line and the planner: layout, hardware, serving, the plan.
+
+The planner (`sglang_layouts.planner`) is the only place that knows whether a layout fits
+and how much memory each rank holds; this module only maps flags and the simulated
+hardware (SGLANG_SIM_* environment) onto its inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+DEFAULT_GPUS = 8
+DEFAULT_GPU_MEMORY_GIB = 94.97
+DEFAULT_BANDWIDTH_GBS = 1792.0
+
+
+def hardware_from_env(env=None) -> dict:
+    env = os.environ if env is None else env
+    return {
+        "gpu_count": int(env.get("SGLANG_SIM_GPUS") or DEFAULT_GPUS),
+        "gpu_memory_gib": float(env.get("SGLANG_SIM_GPU_MEMORY_GIB") or DEFAULT_GPU_MEMORY_GIB),
+        "gpu_interconnect": (env.get("SGLANG_SIM_INTERCONNECT") or "pcie").lower(),
+        "gpu_memory_bandwidth_gbs": float(env.get("SGLANG_SIM_GPU_BANDWIDTH_GBS") or DEFAULT_BANDWIDTH_GBS),
+    }
+
+
+def layout_from_args(args) -> dict:
+    return {
+        "name": "sim",
+        "tp": args.tp_size,
+        "pp": args.pp_size,
+        "ep": args.ep_size,
+        "dp": args.dp_size,
+        "enable_dp_attention": bool(args.enable_dp_attention),
+        "nnodes": args.nnodes,
+    }
+
+
+def serving_from_args(args) -> dict:
+    serving = {
+        "mem_fraction_static": args.mem_fraction_static,
+        "context_length": args.context_length,
+        "max_running_requests": args.max_running_requests,
+        "kv_cache_dtype": None if args.kv_cache_dtype in (None, "auto") else args.kv_cache_dtype,
+    }
+    return {k: v for k, v in serving.items() if v is not None}
+
+
+def model_name(args) -> str:
+    return args.served_model_name or Path(args.model_path).name or args.model_path
+
+
+def read_hf_config(model_path: str) -> dict:
+    """config.json as SGLang reads it (text_config for multimodal wrappers)."""
+    cfg = json.loads((Path(model_path) / "config.json").read_text())
+    return cfg
+
+
+def text_config(cfg: dict) -> dict:
+    return cfg.get("text_config") or cfg
+
+
+def make_plan(args, hardware: dict):
+    """Return (planner module, model spec, layout plan)."""
+    from sglang_layouts import planner
+
+    spec = planner.load_model({"name": model_name(args), "path": args.model_path})
+    layout_plan = planner.plan_layout(layout_from_args(args), spec, hardware, serving_from_args(args))
+    return planner, spec, layout_plan
