@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Run Molecule scenarios on real systemd hosts (podman containers whose PID 1 is systemd).
+#   ci/molecule.sh            every scenario directory under molecule/
+#   ci/molecule.sh default    one scenario (make molecule S=default)
+# Installs podman/runc/mmdebstrap with apt when missing (idempotent), builds the
+# systemd image once (ci/build-systemd-image.sh), runs `molecule test` per scenario
+# and prints "molecule: N passed, N failed".
+# Where podman cannot run (not root, no apt, a runtime that refuses to start a
+# container) it says so and FAILS: CI must never pass without these scenarios.
+# The three fixes for this CI VM (recipes/molecule-systemd): runc instead of crun,
+# ulimits <= the podman process's hard limits (molecule.yml), the machine's CA in the image.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+t0=$SECONDS
+IMAGE=${IMAGE:-localhost/debian-systemd:bookworm}
+export IMAGE
+
+die() {
+  echo "molecule: CANNOT RUN: $*" >&2
+  echo "molecule: 0 passed, 1 failed (podman unavailable: the systemd scenarios did not run)" >&2
+  exit 1
+}
+
+# 1. podman + runc + mmdebstrap (apt, only when missing).
+if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v mmdebstrap >/dev/null; then
+  [[ $(id -u) == 0 ]] || die "podman/runc/mmdebstrap are missing and installing them needs root (apt-get install podman runc mmdebstrap)"
+  command -v apt-get >/dev/null || die "podman/runc/mmdebstrap are missing and there is no apt-get to install them"
+  export DEBIAN_FRONTEND=noninteractive
+  # With Recommends: without containernetworking-plugins every podman call warns about CNI.
+  { apt-get update -q && apt-get install -y -q podman runc mmdebstrap; } >/tmp/molecule-apt.log 2>&1 ||
+    die "apt-get install podman runc mmdebstrap failed (log: /tmp/molecule-apt.log)"
+fi
+echo "== podman $(podman --version | awk '{print $3}') ready in $((SECONDS - t0)) s"
+
+# 2. The systemd image (once; REBUILD=1 forces a rebuild).
+ci/build-systemd-image.sh || die "building the systemd image $IMAGE failed"
+
+# 3. Can podman really boot a systemd container here? (crun/rlimits/cgroups problems show up now, clearly.)
+probe=molecule-probe-$$
+if ! out=$(podman run -d --rm --name "$probe" --runtime "${MOLECULE_PODMAN_RUNTIME:-runc}" --systemd=always \
+  --ulimit nofile=16384:16384 --ulimit nproc=16384:16384 "$IMAGE" /sbin/init 2>&1); then
+  die "podman cannot start a systemd container on this machine: $out"
+fi
+podman rm -f -t 2 "$probe" >/dev/null 2>&1 || true
+echo "== image + probe ready in $((SECONDS - t0)) s"
+
+# 4. The scenarios: every directory under molecule/ holding a molecule.yml, or the one asked for.
+export PATH=$ROOT/.venv/bin:$PATH # molecule shells out to ansible-config, ansible-playbook
+export ANSIBLE_COLLECTIONS_PATH=${ANSIBLE_COLLECTIONS_PATH:-$ROOT/.venv/collections}
+export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0 NO_COLOR=1
+command -v molecule >/dev/null || die "molecule is not installed in .venv (run: make venv)"
+if [[ $# -gt 0 && -n ${1:-} ]]; then
+  scenarios=("$@")
+else
+  scenarios=()
+  for d in molecule/*/; do
+    [[ -f $d/molecule.yml ]] && scenarios+=("$(basename "$d")")
+  done
+fi
+[[ ${#scenarios[@]} -gt 0 ]] || die "no scenario found under molecule/"
+rc=0
+pass=0
+fail=0
+for s in "${scenarios[@]}"; do
+  [[ -f molecule/$s/molecule.yml ]] || {
+    echo "== scenario $s: no molecule/$s/molecule.yml" >&2
+    fail=$((fail + 1))
+    rc=1
+    continue
+  }
+  t=$SECONDS
+  if molecule test -s "$s"; then
+    pass=$((pass + 1))
+    r=ok
+  else
+    fail=$((fail + 1))
+    rc=1
+    r=FAILED
+  fi
+  echo "== scenario $s: $r, $((SECONDS - t)) s"
+done
+# Nothing labelled by molecule may survive a failed run.
+podman ps -a --filter label=owner=molecule -q | xargs -r podman rm -f -t 5 >/dev/null || true
+echo "== total $((SECONDS - t0)) s"
+echo "molecule: $pass passed, $fail failed"
+exit $rc

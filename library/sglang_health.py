@@ -1,0 +1,276 @@
+#!/usr/bin/python
+# Copyright: sglang-layouts contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_health
+short_description: Wait until an SGLang server is really ready, or say why it died
+description:
+  - Polls the server. A closed port means loading, C(/health) 503 means warming, and 200 means
+    ready. Readiness is confirmed by a one-token C(/generate). On success the module reads
+    C(/server_info) (memory per rank, C(max_total_num_tokens)) and C(/model_info).
+  - Meanwhile it follows the engine's log from this start only, and polls the unit's or process's state.
+    For systemd that log is the journal after I(journal_cursor); for the process supervisor it is
+    the log file from I(log_offset). As soon as the process exits or a fatal line appears, the module fails with
+    C(failure_class) (cuda_oom, kv_cache_no_memory, nccl_timeout, rank_died, port_in_use, bad_args,
+    import_error, crashed, ready_timeout) and C(evidence) (the line, the last 30 log lines, the exit status).
+  - Changes nothing on the host.
+options:
+  mode:
+    description:
+      - C(wait) waits for readiness.
+      - C(preflight) only checks, before anything on the host changes, that the layout may start.
+        The planner's I(verdict) must not be oom or invalid unless I(force) is set. The port must be free or held by
+        one of I(own_units). I(model_path) must exist. A refusal fails with C(failure_class=refused) and C(reasons).
+    type: str
+    choices: [wait, preflight]
+    default: wait
+  verdict:
+    description: The planner's verdict for the layout (mode=preflight).
+    type: str
+    choices: [fits, oom, invalid]
+    default: fits
+  reasons:
+    description: The planner's reasons, quoted in a refusal.
+    type: list
+    elements: str
+    default: []
+  force:
+    description: Start even when the planner says oom or invalid.
+    type: bool
+    default: false
+  model_path:
+    description: Must exist on the host (mode=preflight).
+    type: path
+  own_units:
+    description: The layout's unit and the units it conflicts with. The port may be held by one of them that runs.
+    type: list
+    elements: str
+    default: []
+  url:
+    description: Base URL of the server, for example C(http://127.0.0.1:30000).
+    type: str
+    required: true
+  manager:
+    description: How the engine runs, which decides where its log and state are read.
+    type: str
+    choices: [systemd, process]
+    required: true
+  unit:
+    description: The systemd unit (manager=systemd), or the supervisor's process name (manager=process).
+    type: str
+    required: true
+  journal_cursor:
+    description: Follow the unit's journal after this cursor (taken before the start). Empty means the unit's whole journal.
+    type: str
+  invocation_id:
+    description: Follow only this invocation of the unit, instead of using a cursor.
+    type: str
+  run_dir:
+    description: The process supervisor's directory (manager=process).
+    type: path
+  log_offset:
+    description: Read the supervisor's log file from this byte offset (its size at start).
+    type: int
+    default: 0
+  timeout:
+    description: Seconds to wait for readiness before failing with C(ready_timeout).
+    type: float
+    default: 1800
+  poll:
+    description: Seconds between polls.
+    type: float
+    default: 0.2
+  grace:
+    description: After a generic fatal line (for example C(Scheduler hit an exception)), seconds to wait for the specific line that names the cause.
+    type: float
+    default: 1.0
+  confirm:
+    description: Confirm readiness with a one-token C(/generate), then read C(/server_info) and C(/model_info).
+    type: bool
+    default: true
+  api_key:
+    description: The server's API key, for servers started with one. Never returned.
+    type: str
+attributes:
+  check_mode:
+    support: full
+    details: In check mode the module only reports what it would wait for.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+author: sglang-layouts contributors
+"""
+
+EXAMPLES = r"""
+- name: Wait until the layout serves
+  ansible.legacy.sglang_health:
+    url: http://127.0.0.1:30000
+    manager: systemd
+    unit: sglang-kimi-k2-6-ep8.service
+    journal_cursor: "{{ cursor.stdout }}"
+    timeout: 2400
+  register: health
+"""
+
+RETURN = r"""
+ready_after_s:
+  description: Seconds from the engine's start to readiness, as observed by this gate.
+  returned: success
+  type: float
+waited_s:
+  description: Seconds this module waited.
+  returned: success
+  type: float
+max_total_num_tokens:
+  description: KV cache capacity in tokens (per scheduler) from C(/server_info).
+  returned: success
+  type: int
+memory_per_rank:
+  description: C(internal_states[].memory_usage) of C(/server_info) (weight, kvcache, graph in GB; token_capacity).
+  returned: success
+  type: list
+  elements: dict
+model_info:
+  description: C(/model_info).
+  returned: success
+  type: dict
+server_args:
+  description: The resolved server arguments from C(/server_info), with secrets masked.
+  returned: success
+  type: dict
+failure_class:
+  description: Why the server is not ready.
+  returned: failure
+  type: str
+evidence:
+  description: C(line) (the fatal line or null), C(log_tail) (last 30 lines), C(exit_status).
+  returned: failure
+  type: dict
+"""
+
+from urllib.parse import urlsplit
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_layouts import health
+
+
+def _own_active(module, units) -> bool:
+    p = module.params
+    for unit in units:
+        if p["manager"] == "systemd":
+            systemctl = module.get_bin_path("systemctl", required=True)
+            rc, _, _ = module.run_command([systemctl, "is-active", "--quiet", unit])
+            if rc == 0:
+                return True
+        elif p["run_dir"] and health.supervisor.status(p["run_dir"], unit)["running"]:
+            return True
+    return False
+
+
+def preflight(module, url):
+    """Read-only: exits (ok) or fails with failure_class=refused."""
+    p = module.params
+    parts = urlsplit(url)
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or 80
+    own = _own_active(module, [p["unit"], *p["own_units"]])
+    try:
+        problems = health.preflight(p["verdict"], p["reasons"], p["force"], p["model_path"], host, port, own)
+    except OSError as exc:
+        problems = [f"cannot check port {port} on {host}: {exc}"]
+    if problems:
+        module.fail_json(
+            msg="refused: " + " | ".join(problems),
+            failure_class="refused",
+            reasons=problems,
+            evidence={"line": None, "log_tail": [], "exit_status": None},
+            unit=p["unit"],
+        )
+    module.exit_json(
+        changed=False, msg=f"{p['unit']}: preflight passed", forced=p["force"] and p["verdict"] != "fits"
+    )
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "mode": {"type": "str", "choices": ["wait", "preflight"], "default": "wait"},
+            "verdict": {"type": "str", "choices": ["fits", "oom", "invalid"], "default": "fits"},
+            "reasons": {"type": "list", "elements": "str", "default": []},
+            "force": {"type": "bool", "default": False},
+            "model_path": {"type": "path"},
+            "own_units": {"type": "list", "elements": "str", "default": []},
+            "url": {"type": "str", "required": True},
+            "manager": {"type": "str", "choices": ["systemd", "process"], "required": True},
+            "unit": {"type": "str", "required": True},
+            "journal_cursor": {"type": "str"},
+            "invocation_id": {"type": "str"},
+            "run_dir": {"type": "path"},
+            "log_offset": {"type": "int", "default": 0},
+            "timeout": {"type": "float", "default": 1800},
+            "poll": {"type": "float", "default": 0.2},
+            "grace": {"type": "float", "default": 1.0},
+            "confirm": {"type": "bool", "default": True},
+            "api_key": {"type": "str", "no_log": True},
+        },
+        required_if=[("manager", "process", ["run_dir"])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    url = p["url"].rstrip("/")
+    if p["mode"] == "preflight":
+        preflight(module, url)
+    source = f"journal of {p['unit']}" if p["manager"] == "systemd" else f"{p['run_dir']}/{p['unit']}.log"
+    if module.check_mode:
+        module.exit_json(
+            changed=False,
+            msg=f"would wait up to {p['timeout']:.0f} s for {url}/health = 200 and a one-token /generate, following {source}",
+        )
+    if p["manager"] == "systemd":
+        journalctl = module.get_bin_path("journalctl", required=True)
+        systemctl = module.get_bin_path("systemctl", required=True)
+        cursor = (p["journal_cursor"] or "").strip()
+        if cursor.startswith("-- cursor:"):  # the raw output of journalctl --show-cursor
+            cursor = cursor[len("-- cursor:") :].strip()
+        follower = health.JournalFollower(p["unit"], cursor or None, p["invocation_id"] or None, journalctl)
+
+        def state_fn():
+            return health.systemd_state(p["unit"], systemctl)
+
+    else:
+        follower = health.FileFollower(
+            health.supervisor.paths(p["run_dir"], p["unit"])["log"], p["log_offset"]
+        )
+
+        def state_fn():
+            return health.process_state(p["run_dir"], p["unit"])
+
+    try:
+        facts = health.wait_ready(
+            url,
+            follower,
+            state_fn,
+            timeout=p["timeout"],
+            poll=p["poll"],
+            grace=p["grace"],
+            api_key=p["api_key"],
+            confirm=p["confirm"],
+        )
+    except health.HealthFailure as exc:
+        module.fail_json(
+            msg=exc.msg,
+            failure_class=exc.failure_class,
+            evidence=exc.evidence,
+            hint=exc.hint,
+            unit=p["unit"],
+            url=url,
+        )
+    module.exit_json(changed=False, unit=p["unit"], **facts)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+#!/usr/bin/python
+# Copyright: sglang-layouts contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_process
+short_description: Run one SGLang layout under a plain process supervisor
+description:
+  - For hosts where systemd is not PID 1 (GPU containers, CI, a laptop running the
+    simulated engine). The engine runs in its own process group under a small wrapper
+    that records its exit status; a pidfile, a log file and a spec file live in I(run_dir).
+  - C(started) is idempotent. It changes nothing when the same command, environment, cwd
+    and user already run, and restarts the process when any of them changed.
+  - Stopping sends SIGTERM to the whole process group, then SIGKILL after I(stop_timeout).
+    It then waits until no live process of the group is left.
+  - When the module runs as root and I(user) is set, the engine runs as that user.
+options:
+  name:
+    description: Process name, normally the layout's unit name.
+    type: str
+    required: true
+  state:
+    description: C(started), C(stopped), or C(absent), which is stopped plus its pid, spec and exit files removed.
+    type: str
+    choices: [started, stopped, absent]
+    default: started
+  run_dir:
+    description: Directory for the pidfile, log, spec and exit files.
+    type: path
+    required: true
+  argv:
+    description:
+      - The command. A literal C(${SGLANG_API_KEY}) argument is replaced by I(api_key) at exec time.
+      - Required when I(state=started).
+    type: list
+    elements: str
+  env:
+    description: Extra environment of the engine.
+    type: dict
+    default: {}
+  cwd:
+    description: Working directory of the engine.
+    type: path
+  user:
+    description: Run the engine as this user. Only applies when the module runs as root.
+    type: str
+  group:
+    description: Group to run the engine as, together with I(user).
+    type: str
+  api_key:
+    description: The server's API key. It is passed only in the wrapper's environment and is never written to a file.
+    type: str
+  stop_timeout:
+    description: Seconds between SIGTERM and SIGKILL of the group.
+    type: float
+    default: 30
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+author: sglang-layouts contributors
+"""
+
+EXAMPLES = r"""
+- name: Run the layout's engine
+  ansible.legacy.sglang_process:
+    name: sglang-kimi-k2-6-ep8.service
+    run_dir: /var/lib/sglang/run
+    argv: [python3, -m, sglang_sim, --model-path, /models/Kimi-K2.6, --tp-size, "8", --ep-size, "8"]
+    env: {PYTHONPATH: /opt/sglang/sim}
+
+- name: Stop it (SIGTERM, then SIGKILL of the group after 30 s)
+  ansible.legacy.sglang_process:
+    name: sglang-kimi-k2-6-ep8.service
+    run_dir: /var/lib/sglang/run
+    state: stopped
+"""
+
+RETURN = r"""
+pid:
+  description: Process group id (the wrapper's pid) when running, else null.
+  returned: always
+  type: int
+log:
+  description: The log file.
+  returned: always
+  type: str
+log_offset:
+  description: Size of the log before this start. The readiness gate reads the log from here.
+  returned: always
+  type: int
+started_at:
+  description: Epoch seconds of the current process's start.
+  returned: when running
+  type: float
+restarted:
+  description: Whether a running process was replaced because its command changed.
+  returned: when state=started and changed
+  type: bool
+stop:
+  description: How the stop went (signal used, seconds waited).
+  returned: when a process was stopped
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_layouts import supervisor
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "required": True},
+            "state": {"type": "str", "choices": ["started", "stopped", "absent"], "default": "started"},
+            "run_dir": {"type": "path", "required": True},
+            "argv": {"type": "list", "elements": "str"},
+            "env": {"type": "dict", "default": {}},
+            "cwd": {"type": "path"},
+            "user": {"type": "str"},
+            "group": {"type": "str"},
+            "api_key": {"type": "str", "no_log": True},
+            "stop_timeout": {"type": "float", "default": 30},
+        },
+        required_if=[("state", "started", ["argv"])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        res = supervisor.ensure(
+            p["state"],
+            p["run_dir"],
+            p["name"],
+            argv=p["argv"],
+            env={k: str(v) for k, v in (p["env"] or {}).items()},
+            cwd=p["cwd"],
+            user=p["user"],
+            group=p["group"],
+            api_key=p["api_key"],
+            stop_timeout=p["stop_timeout"],
+            check_mode=module.check_mode,
+        )
+    except (supervisor.SupervisorError, OSError) as exc:
+        module.fail_json(msg=f"{p['name']}: {exc}")
+    module.exit_json(**res)
+
+
+if __name__ == "__main__":
+    main()

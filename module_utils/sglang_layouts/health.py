@@ -1,0 +1,451 @@
+"""The readiness gate of an SGLang server: ready, or why it died, in seconds.
+
+State machine (notes/sglang.md 3.1/3.2): port closed = loading, /health 503 =
+warming, /health 200 = ready, confirmed by a one-token /generate. Meanwhile
+the engine's log from *this* start (journald after a cursor / for one
+invocation, or a log file from its size at start) is classified line by line
+(logclass.py), and the unit's or process's state is polled. A fatal line or
+the process's exit gives a verdict at once (a generic line such as
+`Scheduler hit an exception` waits up to `grace` seconds for the specific line
+that follows it); the HTTP probe runs in its own thread so a slow /health
+never delays that verdict.
+
+Standard library only. Used by library/sglang_health.py and
+benchmarks/bench_health.py.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from dataclasses import dataclass, field
+
+from . import logclass, supervisor
+
+TAIL = 30
+REDACT_KEYS = ("api_key", "admin_api_key", "ssl_keyfile_password")
+
+
+# ---------------------------------------------------------------- log sources
+
+
+class FileFollower:
+    """New complete lines of a log file, from a byte offset (the size at start)."""
+
+    def __init__(self, path: str, offset: int = 0):
+        self.path = path
+        self.offset = offset
+        self._partial = b""
+
+    def read(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as f:
+                if os.fstat(f.fileno()).st_size < self.offset:  # truncated: start over
+                    self.offset = 0
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return []
+        if not data:
+            return []
+        self.offset += len(data)
+        data = self._partial + data
+        *lines, self._partial = data.split(b"\n")
+        return [ln.decode("utf-8", "replace").rstrip("\r") for ln in lines]
+
+    def close(self):
+        pass
+
+
+class JournalFollower:
+    """`journalctl -f` for one unit after a cursor (or for one invocation), read without blocking."""
+
+    def __init__(
+        self, unit: str, cursor: str | None = None, invocation_id: str | None = None, journalctl="journalctl"
+    ):
+        cmd = [journalctl, "--no-pager", "-o", "cat", "-f", "--lines=all"]
+        if invocation_id:
+            cmd.append(f"_SYSTEMD_INVOCATION_ID={invocation_id}")
+            cmd += ["+", f"UNIT={unit}", f"INVOCATION_ID={invocation_id}"]
+        else:
+            cmd += ["-u", unit]
+        if cursor:
+            cmd += ["--after-cursor", cursor]
+        self.cmd = cmd
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL
+        )
+        fd = self.proc.stdout.fileno()
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+        self._partial = b""
+
+    def read(self) -> list[str]:
+        chunks = []
+        while True:
+            try:
+                data = os.read(self.proc.stdout.fileno(), 65536)
+            except BlockingIOError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        if not chunks:
+            return []
+        data = self._partial + b"".join(chunks)
+        *lines, self._partial = data.split(b"\n")
+        return [ln.decode("utf-8", "replace") for ln in lines]
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(2)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def journal_cursor(journalctl="journalctl") -> str | None:
+    """The cursor of the newest journal entry (start following after it)."""
+    out = subprocess.run(
+        [journalctl, "-n", "0", "--show-cursor", "--no-pager"], capture_output=True, text=True
+    )
+    for line in out.stdout.splitlines():
+        if line.startswith("-- cursor: "):
+            return line[len("-- cursor: ") :].strip()
+    return None
+
+
+# ---------------------------------------------------------------- process state
+
+
+@dataclass
+class ProcState:
+    alive: bool
+    exit_status: str | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    started_at: float | None = None  # epoch seconds
+    detail: dict = field(default_factory=dict)
+
+
+def systemd_state(unit: str, systemctl="systemctl") -> ProcState:
+    props = "ActiveState,SubState,Result,MainPID,ExecMainCode,ExecMainStatus,InvocationID,ExecMainStartTimestampMonotonic"
+    out = subprocess.run([systemctl, "show", unit, "-p", props], capture_output=True, text=True)
+    d = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+    active = d.get("ActiveState", "")
+    alive = active in ("active", "activating", "reloading", "deactivating") and d.get("SubState") != "exited"
+    code = d.get("ExecMainCode", "0")
+    status = d.get("ExecMainStatus", "0")
+    started = None
+    mono = d.get("ExecMainStartTimestampMonotonic", "0")
+    if mono.isdigit() and int(mono) > 0:
+        started = time.time() - (time.monotonic() - int(mono) / 1e6)
+    ps = ProcState(alive=alive, started_at=started, detail=d)
+    if not alive:
+        # ExecMainCode: 1 = exited, 2 = killed, 3 = dumped (CLD_*)
+        if code == "1":
+            ps.exit_code = int(status) if status.lstrip("-").isdigit() else None
+            ps.exit_status = f"code=exited, status={status}, result={d.get('Result', '')}"
+        elif code in ("2", "3"):
+            import signal as _signal
+
+            try:
+                ps.signal = _signal.Signals(int(status)).name.replace("SIG", "")
+            except ValueError:
+                ps.signal = status
+            ps.exit_status = f"code={'killed' if code == '2' else 'dumped'}, status={status}/{ps.signal}, result={d.get('Result', '')}"
+        else:
+            ps.exit_status = f"{active} ({d.get('Result', '')})"
+    return ps
+
+
+def process_state(run_dir: str, name: str) -> ProcState:
+    st = supervisor.status(run_dir, name)
+    started = (st["spec"] or {}).get("started_at")
+    if st["running"]:
+        return ProcState(alive=True, started_at=started)
+    ex = st["exit"] or {}
+    ps = ProcState(alive=False, started_at=started, detail=ex)
+    if ex.get("signal"):
+        import signal as _signal
+
+        try:
+            ps.signal = _signal.Signals(int(ex["signal"])).name.replace("SIG", "")
+        except ValueError:
+            ps.signal = str(ex["signal"])
+        ps.exit_status = f"killed by signal {ex['signal']} ({ps.signal})"
+    elif ex.get("exit_code") is not None:
+        ps.exit_code = int(ex["exit_code"])
+        ps.exit_status = f"exited with status {ex['exit_code']}"
+    else:
+        ps.exit_status = "not running (no exit status recorded)"
+    return ps
+
+
+# ---------------------------------------------------------------- HTTP
+
+
+def _request(url, method="GET", body=None, api_key=None, timeout=5.0):
+    data = None
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def probe(base_url: str, api_key=None, timeout=5.0) -> str:
+    """'loading' (port closed), 'warming' (503 or other), 'ready' (/health 200)."""
+    try:
+        code, _ = _request(base_url + "/health", api_key=api_key, timeout=timeout)
+    except (ConnectionError, urllib.error.URLError, OSError):
+        return "loading"
+    return "ready" if code == 200 else "warming"
+
+
+class Prober(threading.Thread):
+    """Polls /health in the background; the main loop only reads `phase`."""
+
+    def __init__(self, base_url, api_key=None, poll=0.2, timeout=5.0):
+        super().__init__(daemon=True)
+        self.base_url, self.api_key, self.poll, self.timeout = base_url, api_key, poll, timeout
+        self.phase = "loading"
+        self.phases: dict[str, float] = {}
+        self._stop = threading.Event()
+
+    def run(self):
+        while not self._stop.is_set():
+            phase = probe(self.base_url, self.api_key, self.timeout)
+            self.phases.setdefault(phase, time.monotonic())
+            self.phase = phase
+            if phase == "ready":
+                return
+            self._stop.wait(self.poll)
+
+    def stop(self):
+        self._stop.set()
+
+
+def redact(obj):
+    if isinstance(obj, dict):
+        return {k: ("********" if k in REDACT_KEYS and v else redact(v)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [redact(v) for v in obj]
+    return obj
+
+
+def collect_info(base_url: str, api_key=None, timeout=10.0) -> dict:
+    """The one-token /generate confirmation, /server_info and /model_info."""
+    code, body = _request(
+        base_url + "/generate",
+        "POST",
+        {"text": "ping", "sampling_params": {"max_new_tokens": 1, "temperature": 0}},
+        api_key,
+        timeout,
+    )
+    if code != 200:
+        raise RuntimeError(f"/generate answered {code}: {body[:200]!r}")
+    gen = json.loads(body or b"{}")
+    info = {}
+    for key, path in (("server_info", "/server_info"), ("model_info", "/model_info")):
+        c, b = _request(base_url + path, api_key=api_key, timeout=timeout)
+        info[key] = json.loads(b) if c == 200 and b else {}
+    si = info["server_info"]
+    ranks = []
+    for i, st in enumerate(si.get("internal_states") or []):
+        mu = dict(st.get("memory_usage") or {})
+        mu["rank"] = i
+        ranks.append(mu)
+    server_args = {k: v for k, v in si.items() if k not in ("internal_states",)}
+    return {
+        "generate": {"completion_tokens": (gen.get("meta_info") or {}).get("completion_tokens")},
+        "max_total_num_tokens": si.get("max_total_num_tokens"),
+        "memory_per_rank": ranks,
+        "model_info": info["model_info"],
+        "server_args": redact(server_args),
+    }
+
+
+# ---------------------------------------------------------------- the gate
+
+
+class HealthFailure(Exception):
+    def __init__(self, failure_class: str, msg: str, evidence: dict, hint: str = ""):
+        super().__init__(msg)
+        self.failure_class = failure_class
+        self.msg = msg
+        self.evidence = evidence
+        self.hint = hint
+
+    def as_dict(self) -> dict:
+        return {
+            "failure_class": self.failure_class,
+            "msg": self.msg,
+            "evidence": self.evidence,
+            "hint": self.hint,
+        }
+
+
+def wait_ready(
+    base_url: str,
+    follower,
+    state_fn,
+    timeout: float = 1800.0,
+    poll: float = 0.2,
+    grace: float = 1.0,
+    api_key=None,
+    confirm: bool = True,
+    on_verdict=None,
+) -> dict:
+    """Block until ready (returns facts) or raise HealthFailure with the class and the evidence."""
+    t0 = time.monotonic()
+    tail: deque[str] = deque(maxlen=TAIL)
+    found: logclass.Match | None = None
+    found_at = None
+    ready_line = False
+    prober = Prober(base_url, api_key, poll=max(poll, 0.2))
+    prober.start()
+
+    def feed(lines):
+        nonlocal found, found_at, ready_line
+        for line in lines:
+            tail.append(line)
+            m = logclass.classify_line(line)
+            if m and found is None:
+                found_at = time.monotonic()
+            found = logclass.best(found, m)
+            if logclass.is_ready_line(line):
+                ready_line = True
+
+    def fail(cls, line, hint, state: ProcState | None):
+        if on_verdict:
+            on_verdict()
+        prober.stop()
+        ev = {
+            "line": line,
+            "log_tail": list(tail),
+            "exit_status": state.exit_status if state and not state.alive else None,
+        }
+        what = f"{cls}: {line}" if line else f"{cls}: {ev['exit_status'] or 'no fatal line'}"
+        raise HealthFailure(
+            cls, f"{base_url} did not become ready ({round(time.monotonic() - t0, 1)} s): {what}", ev, hint
+        )
+
+    def drain(settle=0.3, limit=1.5):
+        """Collect the lines still in flight (journald lags the process a little)."""
+        end = time.monotonic() + limit
+        quiet_since = time.monotonic()
+        while time.monotonic() < end:
+            lines = follower.read()
+            if lines:
+                feed(lines)
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= settle:
+                return
+            time.sleep(0.05)
+
+    try:
+        while True:
+            feed(follower.read())
+            if found is not None and found.definitive:
+                drain(settle=0.1, limit=0.4)
+                fail(found.cls, found.line, found.hint, state_fn())
+            state = state_fn()
+            if not state.alive:
+                drain()
+                if found is not None:
+                    fail(found.cls, found.line, found.hint, state)
+                cls, hint = logclass.classify_exit(state.exit_code, state.signal)
+                fail(cls, None, hint, state)
+            if found is not None and time.monotonic() - found_at >= grace:
+                fail(found.cls, found.line, found.hint, state)
+            if prober.phase == "ready":
+                try:
+                    facts = collect_info(base_url, api_key) if confirm else {}
+                except (RuntimeError, OSError, ValueError) as exc:
+                    # /health said 200 but a one-token generate failed: keep watching.
+                    tail.append(f"sglang_health: confirmation failed: {exc}")
+                    prober = Prober(base_url, api_key, poll=max(poll, 0.2))
+                    prober.start()
+                else:
+                    now = time.time()
+                    facts["waited_s"] = round(time.monotonic() - t0, 3)
+                    facts["ready_after_s"] = (
+                        round(now - state.started_at, 3) if state.started_at else facts["waited_s"]
+                    )
+                    facts["ready_line_seen"] = ready_line
+                    facts["url"] = base_url
+                    return facts
+            if time.monotonic() - t0 >= timeout:
+                fail(
+                    "ready_timeout",
+                    None,
+                    f"not ready after {timeout:.0f} s (last phase: {prober.phase})",
+                    state,
+                )
+            time.sleep(poll)
+    finally:
+        prober.stop()
+        follower.close()
+
+
+# ---------------------------------------------------------------- preflight
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when something listens on host:port (a bind test, as the server's own bind would fail)."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
+
+
+def preflight(
+    verdict: str,
+    reasons,
+    force: bool,
+    model_path: str | None,
+    host: str,
+    port: int,
+    own_active: bool,
+) -> list[str]:
+    """Read-only checks before anything on the host changes; returns the problems (empty = go).
+
+    own_active: the layout's unit, or one that conflicts with it (and will be stopped), is running.
+    """
+    problems = []
+    if verdict in ("oom", "invalid") and not force:
+        problems.append(
+            f"the planner's verdict is {verdict}: "
+            + " ".join(reasons or [])
+            + " (override with -e sglang_force=true)"
+        )
+    if model_path and not os.path.exists(model_path):
+        problems.append(f"the model path {model_path} does not exist on this host")
+    if port_in_use(host, port) and not own_active:
+        problems.append(f"port {port} on {host} is in use by a process that is not one of our layout units")
+    return problems
