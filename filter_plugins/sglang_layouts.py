@@ -37,6 +37,18 @@ def sglang_plan_table(plan):
     return plan_table(_plain(plan))
 
 
+def sglang_host_addresses(hosts, hostvars):
+    """Each host's ansible_host, or its inventory name: where other nodes reach it."""
+    out = []
+    for host in hosts:
+        try:
+            address = hostvars[host].get("ansible_host")
+        except (KeyError, AttributeError):
+            address = None
+        out.append(str(address) if address else str(host))
+    return out
+
+
 def _plain(value):
     """Ansible's lazy containers and tagged strings -> plain Python (json round-trip types)."""
     if isinstance(value, dict):
@@ -54,4 +66,5 @@ class FilterModule:
             "sglang_plan": sglang_plan,
             "sglang_layout_plan": sglang_layout_plan,
             "sglang_plan_table": sglang_plan_table,
+            "sglang_host_addresses": sglang_host_addresses,
         }

@@ -512,11 +512,14 @@ def _r(x: float, nd: int = 2) -> float:
     return round(x, nd)
 
 
-def plan_layout(layout: dict, spec: ModelSpec, hardware: dict, serving: dict, *, all_layouts=None) -> dict:
-    """Verdict, memory per rank, KV capacity, argv and env of one layout."""
+def plan_layout(
+    layout: dict, spec: ModelSpec, hardware: dict, serving: dict, cluster: dict | None = None
+) -> dict:
+    """Verdict, memory per rank, KV capacity, argv and env of one layout (on one host of `cluster`)."""
     lay = normalize_layout(layout)
     hardware = normalize_hardware(hardware)
     serving = normalize_serving(serving)
+    cluster = cluster or normalize_cluster(None, None)
     args = canonical_args(lay["name"], lay["args"])
     # a layout may override serving-wide flags through args:
     eff = dict(serving)
@@ -526,6 +529,8 @@ def plan_layout(layout: dict, spec: ModelSpec, hardware: dict, serving: dict, *,
     mfs = _float(eff["mem_fraction_static"], f"layout {lay['name']}: mem_fraction_static")
     par = parallel_shape(lay)
     reasons, notes = layout_problems(lay, par, spec, hardware)
+    if par["nnodes"] > 1:
+        _place_nodes(lay["name"], par, cluster, reasons, notes)
     if not 0 < mfs < 1:
         reasons.append(f"{lay['name']}: mem_fraction_static must be between 0 and 1, not {mfs}.")
     ctx = eff.get("context_length")
@@ -551,6 +556,8 @@ def plan_layout(layout: dict, spec: ModelSpec, hardware: dict, serving: dict, *,
         "gpus_used": par["gpus_per_engine"] * par["replicas"],
         "gpu_ids": gpu_ids,
         "nnodes": par["nnodes"],
+        "node_rank": par.get("node_rank", 0),
+        "nodes": par.get("nodes", [cluster["host"]] if cluster["host"] else []),
         "parallel": par,
         "weights_gib_per_gpu": None,
         "budget_gib": _r(budget),
@@ -699,6 +706,42 @@ def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hard
 # ---------------------------------------------------------------------------
 
 
+def normalize_cluster(cluster: dict | None, host: str | None) -> dict:
+    """The inventory group a multi-node layout spans: host names and addresses in inventory order."""
+    cluster = dict(cluster or {})
+    hosts = [str(h) for h in cluster.get("hosts") or ([host] if host else [])]
+    given = list(cluster.get("addresses") or [])
+    addresses = [
+        str(given[i]) if i < len(given) and given[i] not in (None, "") else h for i, h in enumerate(hosts)
+    ]
+    return {
+        "group": str(cluster.get("group") or "sglang_hosts"),
+        "hosts": hosts,
+        "addresses": addresses,
+        "dist_init_port": _int(cluster.get("dist_init_port") or 50000, "sglang_dist_init_port"),
+        "host": host,
+    }
+
+
+def _place_nodes(name: str, par: dict, cluster: dict, reasons: list[str], notes: list[str]) -> None:
+    """Node ranks follow the inventory order of the group; rank 0's address is the rendezvous."""
+    nnodes, hosts = par["nnodes"], cluster["hosts"]
+    if len(hosts) < nnodes:
+        reasons.append(
+            f"{name}: nnodes {nnodes} needs {nnodes} hosts in group {cluster['group']}, which has {len(hosts)}"
+            + (f" ({', '.join(hosts)})" if hosts else "")
+            + "; add hosts to the group or set sglang_cluster_group."
+        )
+        return
+    par["nodes"] = hosts[:nnodes]
+    par["dist_init_addr"] = f"{cluster['addresses'][0]}:{cluster['dist_init_port']}"
+    if cluster["host"] in par["nodes"]:
+        par["node_rank"] = par["nodes"].index(cluster["host"])
+    else:
+        par["node_rank"] = None
+        notes.append(f"{name} runs on {', '.join(par['nodes'])}, not on {cluster['host']}.")
+
+
 def normalize_hardware(hw: dict) -> dict:
     if not isinstance(hw, dict):
         raise PlanError("hardware must be a mapping with gpu_count, gpu_memory_gib, gpu_interconnect")
@@ -787,7 +830,8 @@ def plan_host(inputs: dict) -> dict:
     spec = _cached_model(inputs.get("model") or {})
     hardware = normalize_hardware(inputs.get("hardware") or {})
     serving = normalize_serving(inputs.get("serving") or {})
-    plans = [plan_layout(layout, spec, hardware, serving) for layout in layouts]
+    cluster = normalize_cluster(inputs.get("cluster"), inputs.get("host"))
+    plans = [plan_layout(layout, spec, hardware, serving, cluster) for layout in layouts]
     _conflicts(plans)
     return {
         "schema": PLAN_SCHEMA,

@@ -52,6 +52,14 @@ def render_argv(spec, lay: dict, par: dict, serving: dict, args: dict, port: int
         flags.append("--enable-dp-attention")
     if par["nnodes"] > 1:
         flags += ["--nnodes", str(par["nnodes"])]
+        if par.get("dist_init_addr"):
+            # the same command on every node but the rank
+            flags += [
+                "--node-rank",
+                str(par.get("node_rank") or 0),
+                "--dist-init-addr",
+                par["dist_init_addr"],
+            ]
     serving_flags = {
         "--mem-fraction-static": serving.get("mem_fraction_static"),
         "--context-length": serving.get("context_length"),

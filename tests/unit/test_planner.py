@@ -39,8 +39,16 @@ DEMO_LAYOUTS = [
 
 def plan(repo, layouts, hardware=SEED_BOX, model=None, serving=DEMO_SERVING):
     model = model or {"name": "kimi-k2.6", "path": str(repo / "models" / "kimi-k2.6")}
+    cluster = {"group": "sglang_hosts", "hosts": ["h", "h2", "h3", "h4"]}
     return planner.plan_host(
-        {"host": "h", "model": model, "layouts": layouts, "hardware": hardware, "serving": serving}
+        {
+            "host": "h",
+            "model": model,
+            "layouts": layouts,
+            "hardware": hardware,
+            "serving": serving,
+            "cluster": cluster,
+        }
     )
 
 
@@ -407,3 +415,50 @@ def test_corrupt_safetensors_is_a_clear_error(tmp_path, repo):
     (tmp_path / "model.safetensors").write_bytes(b"\x05\x00")
     with pytest.raises(PlanError, match="not a safetensors file"):
         load_model({"name": "x", "path": str(tmp_path)})
+
+
+def test_multinode_ranks_follow_the_group(repo):
+    model = config_model(repo, "deepseek-v3", "deepseek-v3")
+    cluster = {"group": "gpu", "hosts": ["a", "b", "c"], "addresses": ["10.0.0.1", None, "10.0.0.3"]}
+    docs = {
+        host: planner.plan_host(
+            {
+                "host": host,
+                "model": model,
+                "layouts": [{"name": "tp16", "tp": 16, "nnodes": 2}],
+                "hardware": H100,
+                "serving": DEMO_SERVING,
+                "cluster": cluster,
+            }
+        )["layouts"][0]
+        for host in ("a", "b", "c")
+    }
+    a, b, c = docs["a"], docs["b"], docs["c"]
+    assert a["node_rank"] == 0 and b["node_rank"] == 1 and c["node_rank"] is None
+    for e in (a, b):
+        f = e["flags"]
+        assert f[f.index("--dist-init-addr") + 1] == "10.0.0.1:50000"
+        assert f[f.index("--nnodes") + 1] == "2"
+    assert a["flags"][a["flags"].index("--node-rank") + 1] == "0"
+    assert b["flags"][b["flags"].index("--node-rank") + 1] == "1"
+    # the same command on every node but the rank
+    strip = lambda f: [
+        x for i, x in enumerate(f) if i not in (f.index("--node-rank"), f.index("--node-rank") + 1)
+    ]  # noqa: E731
+    assert strip(a["flags"]) == strip(b["flags"])
+    assert any("not on c" in n for n in c["notes"])
+
+
+def test_multinode_needs_enough_hosts(repo):
+    e = planner.plan_host(
+        {
+            "host": "a",
+            "model": config_model(repo, "deepseek-v3", "deepseek-v3"),
+            "layouts": [{"name": "tp16", "tp": 16, "nnodes": 2}],
+            "hardware": H100,
+            "serving": DEMO_SERVING,
+            "cluster": {"group": "gpu", "hosts": ["a"]},
+        }
+    )["layouts"][0]
+    assert e["verdict"] == "invalid"
+    assert "needs 2 hosts in group gpu, which has 1" in e["reasons"][0]
