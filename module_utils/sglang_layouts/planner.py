@@ -262,6 +262,7 @@ def layout_problems(lay: dict, par: dict, spec: ModelSpec, hardware: dict) -> tu
     gpu_count, nnodes = hardware["gpu_count"], par["nnodes"]
     available = gpu_count * nnodes
     used = par["gpus_per_engine"]
+    used_with_replicas = used * par["replicas"]
     reasons, notes = [], []
     if ep > tp:
         hint = _suggest_ep_layout(tp, ep, available) or ""
@@ -297,7 +298,8 @@ def layout_problems(lay: dict, par: dict, spec: ModelSpec, hardware: dict) -> tu
             + (" x dp" if used != tp * pp else "")
             + f") but {where}."
         )
-    elif used < available and not reasons:
+    elif used_with_replicas < available and not reasons:
+        used = used_with_replicas
         idle = available - used
         text = (
             f"{name} uses {used} of the {available} GPUs (GPUs = tp x pp; ep splits experts inside the tp group)."
@@ -576,7 +578,9 @@ def plan_layout(
     plan["flags"] = flags
     plan["argv"] = ["python3", "-m", "sglang.launch_server", *flags]
     plan["env"] = render_env(lay, gpu_ids, hardware)
-    if reasons:
+    if par["replicas"] > 1 and not reasons:
+        _place_replicas(plan, spec, lay, par, eff, args, hardware, cluster)
+    if plan["reasons"]:
         plan["failure"] = "invalid"
         return plan
 
@@ -721,6 +725,78 @@ def normalize_cluster(cluster: dict | None, host: str | None) -> dict:
         "dist_init_port": _int(cluster.get("dist_init_port") or 50000, "sglang_dist_init_port"),
         "host": host,
     }
+
+
+ROUTER_LAUNCHER = ("python3", "-m", "sglang_router.launch_router")
+
+
+def _place_replicas(plan, spec, lay, par, serving, args, hardware, cluster) -> None:
+    """Replicas fill each host of the group in GPU blocks, then the next host; a router fronts them.
+
+    The layout's port is the router's; replica r listens on port + 1 + r.
+    """
+    name, n = lay["name"], par["replicas"]
+    per_engine = par["gpus_per_engine"]
+    if par["nnodes"] > 1:
+        plan["reasons"].append(f"{name}: replicas of a multi-node layout are not supported; use one or the other.")
+        plan["failure"] = "invalid"
+        return
+    per_host = hardware["gpu_count"] // per_engine
+    hosts = cluster["hosts"] or [cluster["host"]]
+    if lay["gpus"] is not None:
+        plan["reasons"].append(f"{name}: replicas place themselves on GPU blocks; drop gpus:.")
+        plan["failure"] = "invalid"
+        return
+    if n > per_host * len(hosts):
+        plan["reasons"].append(
+            f"{name}: {n} replicas of {per_engine} GPUs need {-(-n // max(per_host, 1))} hosts with "
+            f"{hardware['gpu_count']} GPUs; group {cluster['group']} has {len(hosts)}."
+        )
+        plan["failure"] = "invalid"
+        return
+    replicas, here = [], []
+    for r in range(n):
+        host_index, block = divmod(r, per_host)
+        gpus = list(range(block * per_engine, (block + 1) * per_engine))
+        port = plan["port"] + 1 + r
+        entry = {
+            "index": r,
+            "host": hosts[host_index],
+            "address": cluster["addresses"][host_index] if cluster["addresses"] else hosts[host_index],
+            "gpu_ids": gpus,
+            "port": port,
+            "unit_name": unit_name(spec.name, f"{name}-r{r}"),
+            "flags": render_argv(spec, lay, par, serving, args, port),
+            "env": render_env(lay, gpus, hardware),
+        }
+        entry["url"] = f"http://{entry['address'] if entry['host'] != cluster['host'] else '127.0.0.1'}:{port}"
+        replicas.append(entry)
+        if entry["host"] == cluster["host"]:
+            here += gpus
+    plan["replicas"] = replicas
+    plan["gpu_ids"] = here
+    plan["nodes"] = sorted({r["host"] for r in replicas}, key=hosts.index)
+    router_host = hosts[0]
+    workers = [f"http://{r['address']}:{r['port']}" for r in replicas]
+    if all(r["host"] == router_host for r in replicas):
+        workers = [f"http://127.0.0.1:{r['port']}" for r in replicas]
+    plan["router"] = {
+        "host": router_host,
+        "port": plan["port"],
+        "unit_name": unit_name(spec.name, f"{name}-router"),
+        "workers": workers,
+        "flags": [
+            "--worker-urls",
+            *workers,
+            "--host",
+            str(serving["host"]),
+            "--port",
+            str(plan["port"]),
+            "--policy",
+            "cache_aware",
+        ],
+    }
+    plan["router"]["argv"] = [*ROUTER_LAUNCHER, *plan["router"]["flags"]]
 
 
 def _place_nodes(name: str, par: dict, cluster: dict, reasons: list[str], notes: list[str]) -> None:

@@ -441,10 +441,11 @@ def test_multinode_ranks_follow_the_group(repo):
         assert f[f.index("--nnodes") + 1] == "2"
     assert a["flags"][a["flags"].index("--node-rank") + 1] == "0"
     assert b["flags"][b["flags"].index("--node-rank") + 1] == "1"
+
     # the same command on every node but the rank
-    strip = lambda f: [
-        x for i, x in enumerate(f) if i not in (f.index("--node-rank"), f.index("--node-rank") + 1)
-    ]  # noqa: E731
+    def strip(f):
+        return [x for i, x in enumerate(f) if i not in (f.index("--node-rank"), f.index("--node-rank") + 1)]
+
     assert strip(a["flags"]) == strip(b["flags"])
     assert any("not on c" in n for n in c["notes"])
 
@@ -462,3 +463,41 @@ def test_multinode_needs_enough_hosts(repo):
     )["layouts"][0]
     assert e["verdict"] == "invalid"
     assert "needs 2 hosts in group gpu, which has 1" in e["reasons"][0]
+
+
+def test_replicas_fill_gpu_blocks_behind_a_router(repo):
+    doc = planner.plan_host(
+        {
+            "host": "a",
+            "model": {"name": "kimi-k2.6", "path": str(repo / "models" / "kimi-k2.6")},
+            "layouts": [{"name": "tp8x3", "tp": 8, "replicas": 3}, {"name": "tp8x5", "tp": 8, "replicas": 5}],
+            "hardware": H200,
+            "serving": DEMO_SERVING,
+            "cluster": {
+                "group": "g",
+                "hosts": ["a", "b", "c"],
+                "addresses": ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+            },
+        }
+    )
+    e = by_name(doc)["tp8x3"]
+    assert e["verdict"] == "fits" and e["gpus_used"] == 24
+    assert [r["host"] for r in e["replicas"]] == ["a", "b", "c"]
+    assert [r["port"] for r in e["replicas"]] == [30001, 30002, 30003]
+    assert e["router"]["port"] == 30000 and e["router"]["host"] == "a"
+    assert e["router"]["workers"] == [
+        "http://10.0.0.1:30001",
+        "http://10.0.0.2:30002",
+        "http://10.0.0.3:30003",
+    ]
+    assert e["kv_tokens_total"] == 3 * e["kv_tokens"]
+    assert e["replicas"][1]["unit_name"] == "sglang-kimi-k2-6-tp8x3-r1.service"
+    assert by_name(doc)["tp8x5"]["verdict"] == "invalid"
+
+
+def test_replicas_pack_one_host(repo):
+    e = plan(repo, [{"name": "tp4x2", "tp": 4, "replicas": 2}], hardware=H200)["layouts"][0]
+    assert [r["gpu_ids"] for r in e["replicas"]] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert e["gpu_ids"] == list(range(8))
+    assert e["router"]["workers"] == ["http://127.0.0.1:30001", "http://127.0.0.1:30002"]
+    assert not any("uses" in n for n in e["notes"])
