@@ -225,12 +225,15 @@ class Prober(threading.Thread):
         super().__init__(daemon=True)
         self.base_url, self.api_key, self.poll, self.timeout = base_url, api_key, poll, timeout
         self.phase = "loading"
+        self.first_phase: str | None = None
         self.phases: dict[str, float] = {}
         self._stop = threading.Event()
 
     def run(self):
         while not self._stop.is_set():
             phase = probe(self.base_url, self.api_key, self.timeout)
+            if self.first_phase is None:
+                self.first_phase = phase
             self.phases.setdefault(phase, time.monotonic())
             self.phase = phase
             if phase == "ready":
@@ -389,6 +392,9 @@ def wait_ready(
                         round(now - state.started_at, 3) if state.started_at else facts["waited_s"]
                     )
                     facts["ready_line_seen"] = ready_line
+                    # Ready at the very first probe: the server was already up (an unchanged redeploy),
+                    # so ready_after_s is only its uptime, not a start-up time.
+                    facts["already_ready"] = prober.first_phase == "ready"
                     facts["url"] = base_url
                     return facts
             if time.monotonic() - t0 >= timeout:
