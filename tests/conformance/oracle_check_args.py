@@ -1,0 +1,172 @@
+"""Have the pinned SGLang's own code judge command lines. Run by the ORACLE python, not pytest's.
+
+    <oracle python> tests/conformance/oracle_check_args.py CASES.json RESULTS.json
+
+CASES.json: [{"id": str, "argv": [flags of sglang.launch_server, without the launcher]}, ...]
+RESULTS.json: {"sglang_version": str, "import_s": float, "warm_up_s": float,
+               "results": {id: {"verdict": "accepted" | "argparse_error" | "rejected",
+                                "exit_code": int | None, "error_type": str | None,
+                                "message": str, "resolved": {...} | None, "seconds": float}}}
+
+Each argv goes through what `python -m sglang.launch_server` runs before it touches a GPU:
+`prepare_server_args(argv + ["--device", "cpu"])` (argparse, then ServerArgs), `resolve_once()`
+where the pinned SGLang has it (0.5.23 defers resolution to it), and `check_server_args()`.
+`--device cpu` is the one addition: without it SGLang looks for an accelerator and raises
+"No accelerator ... is available" on a CPU-only machine.
+
+ServerArgs is imported once (about 5 s) and warmed up with the first case (its model dir copied
+to a scratch dir, so the warm-up shares no cache entry with the cases; os.environ restored): that
+imports what SGLang imports lazily (ModelConfig, quantization, ...; about 2 s). Every case then
+runs in a forked child (tens of ms), so no case sees state a previous case left behind (env vars,
+lru caches, logging set-up, the config objects SGLang's handlers mutate).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+
+RESOLVED_FIELDS = (
+    "tp_size",
+    "pp_size",
+    "ep_size",
+    "dp_size",
+    "enable_dp_attention",
+    "nnodes",
+    "mem_fraction_static",
+    "context_length",
+    "max_running_requests",
+    "attention_backend",
+    "grammar_backend",
+    "trust_remote_code",
+    "host",
+    "port",
+    "device",
+)
+
+
+def _judge(argv: list[str]) -> dict:
+    from sglang.srt.server_args import prepare_server_args
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = prepare_server_args([*argv, "--device", "cpu"])
+    except SystemExit as e:  # argparse: unknown flag, bad type, bad choice
+        msg = err.getvalue().strip().splitlines()
+        return {
+            "verdict": "argparse_error",
+            "exit_code": e.code if isinstance(e.code, int) else 1,
+            "error_type": "SystemExit",
+            "message": msg[-1] if msg else str(e),
+        }
+    except Exception as e:
+        return _rejected(e)
+    try:
+        if hasattr(args, "resolve_once"):
+            args.resolve_once()
+        args.check_server_args()
+    except SystemExit as e:
+        return {"verdict": "rejected", "exit_code": e.code, "error_type": "SystemExit", "message": str(e)}
+    except Exception as e:
+        return _rejected(e)
+    resolved = {f: getattr(args, f, None) for f in RESOLVED_FIELDS}
+    return {
+        "verdict": "accepted",
+        "exit_code": None,
+        "error_type": None,
+        "message": "",
+        "resolved": json.loads(json.dumps(resolved, default=str)),
+    }
+
+
+def _rejected(e: BaseException) -> dict:
+    where = traceback.extract_tb(e.__traceback__)[-1]
+    return {
+        "verdict": "rejected",
+        "exit_code": None,
+        "error_type": type(e).__name__,
+        "message": f"{e}".strip() or f"(empty {type(e).__name__} at {where.filename}:{where.lineno})",
+    }
+
+
+def _run_forked(argv: list[str]) -> dict:
+    t0 = time.monotonic()
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        os.close(rfd)
+        try:
+            out = _judge(argv)
+        except BaseException as e:  # never let a child escape into the parent's loop
+            out = _rejected(e)
+        with os.fdopen(wfd, "w") as w:
+            json.dump(out, w, default=str)
+        os._exit(0)
+    os.close(wfd)
+    with os.fdopen(rfd) as r:
+        data = r.read()
+    _, status = os.waitpid(pid, 0)
+    if not data:
+        out = {
+            "verdict": "crashed",
+            "exit_code": os.waitstatus_to_exitcode(status),
+            "error_type": None,
+            "message": "the child died without a verdict",
+        }
+    else:
+        out = json.loads(data)
+    out.setdefault("resolved", None)
+    out["seconds"] = round(time.monotonic() - t0, 3)
+    return out
+
+
+def _warm_up(argv: list[str]) -> float:
+    t0 = time.monotonic()
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory(prefix="sglang-oracle-warmup-") as tmp:
+        argv = list(argv)
+        if "--model-path" in argv:
+            i = argv.index("--model-path") + 1
+            if os.path.isdir(argv[i]):
+                shutil.copytree(argv[i], os.path.join(tmp, "model"))
+                argv[i] = os.path.join(tmp, "model")
+        with contextlib.redirect_stderr(io.StringIO()):
+            _judge(argv)
+    os.environ.clear()
+    os.environ.update(env)
+    return round(time.monotonic() - t0, 2)
+
+
+def main() -> int:
+    cases_path, results_path = sys.argv[1:3]
+    with open(cases_path, encoding="utf-8") as f:
+        cases = json.load(f)
+    t0 = time.monotonic()
+    import importlib.metadata
+
+    import sglang.srt.server_args  # noqa: F401  (import once, before forking)
+
+    import_s = round(time.monotonic() - t0, 2)
+    warm_up_s = _warm_up(cases[0]["argv"]) if cases else 0.0
+    results = {c["id"]: _run_forked(c["argv"]) for c in cases}
+    doc = {
+        "sglang_version": importlib.metadata.version("sglang"),
+        "import_s": import_s,
+        "warm_up_s": warm_up_s,
+        "results": results,
+    }
+    with open(results_path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
