@@ -18,8 +18,9 @@ import difflib
 import json
 import math
 import os
-from functools import lru_cache
 
+from .engines import SGLANG, Engine, engine_flags, flag_index
+from .engines import engine as engine_spec
 from .model import (
     GIB,
     STAGE_FIRST,
@@ -65,26 +66,15 @@ LAYOUT_KEYS = {
 CUDA_CONTEXT_GIB = 0.5
 # Below this, the memory outside the static pool (CUDA graphs, activations) is tight.
 MIN_DYNAMIC_GIB = 2.0
+# vLLM's profiled activation peak inside --gpu-memory-utilization (a few hundred MiB to ~2 GiB).
+VLLM_ACTIVATION_GIB = 1.0
 # Weight load also needs room for one layer's transient copy (INT4 Marlin repack etc.).
 TRANSIENT_LAYERS = 1
 
 
-@lru_cache(maxsize=1)
 def sglang_flags() -> dict:
     """Flags of the pinned SGLang, as its own parser declares them (data/sglang_flags.json)."""
-    path = os.path.join(os.path.dirname(__file__), "data", "sglang_flags.json")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _flag_index() -> dict[str, str]:
-    """Every spelling (incl. aliases) -> canonical flag."""
-    index = {}
-    for flag, meta in sglang_flags()["flags"].items():
-        index[flag] = flag
-        for alias in meta.get("aliases") or ():
-            index[alias] = flag
-    return index
+    return engine_flags(SGLANG.flags_file)
 
 
 # ---------------------------------------------------------------------------
@@ -165,35 +155,11 @@ def normalize_layout(layout: dict) -> dict:
     return out
 
 
-# Flags the planner renders from structured keys: a layout's args: may not set them.
-STRUCTURAL_FLAGS = {
-    "--model-path": "sglang_model.path",
-    "--tp-size": "tp:",
-    "--pp-size": "pp:",
-    "--ep-size": "ep:",
-    "--dp-size": "dp:",
-    "--enable-dp-attention": "enable_dp_attention:",
-    "--nnodes": "nnodes:",
-    "--node-rank": "nnodes: (ranks follow the inventory order)",
-    "--dist-init-addr": "nnodes: (the address of the first host)",
-    "--port": "port:",
-}
-# Flags with a serving-wide default that a layout's args: may override.
-SERVING_FLAGS = {
-    "--mem-fraction-static": "mem_fraction_static",
-    "--context-length": "context_length",
-    "--max-running-requests": "max_running_requests",
-    "--attention-backend": "attention_backend",
-    "--grammar-backend": "grammar_backend",
-    "--host": "host",
-    "--kv-cache-dtype": "kv_cache_dtype",
-}
-
-
-def canonical_args(name: str, args: dict) -> dict[str, object]:
-    """A layout's args: mapping with keys as the pinned SGLang's canonical flags."""
-    index = _flag_index()
-    version = sglang_flags().get("sglang_version", "?")
+def canonical_args(name: str, args: dict, eng: Engine = SGLANG) -> dict[str, object]:
+    """A layout's args: mapping with keys as the pinned engine's canonical flags."""
+    index = flag_index(eng)
+    data = engine_flags(eng.flags_file)
+    version = data.get(f"{eng.name}_version", "?")
     out = {}
     for key, value in args.items():
         spelled = str(key) if str(key).startswith("--") else "--" + str(key).replace("_", "-")
@@ -201,13 +167,13 @@ def canonical_args(name: str, args: dict) -> dict[str, object]:
         if flag is None:
             close = difflib.get_close_matches(spelled, index, n=1)
             raise PlanError(
-                f"layout {name}: SGLang {version} has no flag {spelled}"
+                f"layout {name}: {eng.label} {version} has no flag {spelled}"
                 + (f" (did you mean {close[0]}?)" if close else "")
-                + ". Remove it from args: or pin an SGLang that has it."
+                + f". Remove it from args: or pin an {eng.label} that has it."
             )
-        if flag in STRUCTURAL_FLAGS:
-            raise PlanError(f"layout {name}: set {flag} with {STRUCTURAL_FLAGS[flag]}, not under args:")
-        meta = sglang_flags()["flags"][flag]
+        if flag in eng.structural_flags:
+            raise PlanError(f"layout {name}: set {flag} with {eng.structural_flags[flag]}, not under args:")
+        meta = data["flags"][flag]
         if not meta.get("takes_value") and not isinstance(value, bool):
             raise PlanError(
                 f"layout {name}: {flag} is a switch; write {key}: true (or false to leave it off)"
@@ -228,8 +194,25 @@ def canonical_args(name: str, args: dict) -> dict[str, object]:
 # ---------------------------------------------------------------------------
 
 
-def parallel_shape(lay: dict) -> dict:
+def parallel_shape(lay: dict, eng: Engine = SGLANG) -> dict:
     tp, pp, ep, dp = lay["tp"], lay["pp"], lay["ep"], lay["dp"]
+    if eng.name == "vllm":
+        # vLLM: dp ranks each run attention with their own TP group; with expert parallelism the
+        # experts spread, whole, over all tp x dp GPUs, else each dp rank holds them TP-sliced.
+        ep_on = ep > 1
+        return {
+            "tp": tp,
+            "pp": pp,
+            "ep": tp * dp if ep_on else 1,
+            "dp": dp,
+            "dp_attention": False,
+            "attn_tp": tp,
+            "moe_tp": 1 if ep_on else tp,
+            "expert_ways": tp * dp if ep_on else tp,
+            "nnodes": lay["nnodes"],
+            "replicas": lay["replicas"],
+            "gpus_per_engine": tp * pp * dp,
+        }
     dp_attention = lay["enable_dp_attention"] and dp > 1
     attn_tp = tp // dp if dp_attention and tp % dp == 0 else tp
     moe_tp = tp // ep if ep and tp % ep == 0 else 0
@@ -242,6 +225,8 @@ def parallel_shape(lay: dict) -> dict:
         "dp_attention": dp_attention,
         "attn_tp": attn_tp,
         "moe_tp": moe_tp,
+        # routed experts: E/ep experts per rank, each sliced moe_tp = tp/ep ways => 1/tp of the bytes
+        "expert_ways": tp,
         "nnodes": lay["nnodes"],
         "replicas": lay["replicas"],
         "gpus_per_engine": tp * pp * replicas_dp,
@@ -256,7 +241,29 @@ def _suggest_ep_layout(tp: int, ep: int, gpus_available: int) -> str | None:
     return None
 
 
-def layout_problems(lay: dict, par: dict, spec: ModelSpec, hardware: dict) -> tuple[list[str], list[str]]:
+def _vllm_problems(lay: dict, par: dict) -> list[str]:
+    name, tp, dp = lay["name"], par["tp"], par["dp"]
+    reasons = []
+    if lay["ep"] > 1 and lay["ep"] != tp * dp:
+        reasons.append(
+            f"{name}: vLLM's expert parallelism spans all tp x dp GPUs (--enable-expert-parallel): write "
+            f"ep: {tp * dp}, or leave ep out to slice every expert over TP."
+        )
+    if lay["enable_dp_attention"]:
+        reasons.append(
+            f"{name}: vLLM has no --enable-dp-attention; with dp > 1 it already runs attention data-parallel. "
+            "Drop enable_dp_attention."
+        )
+    if par["nnodes"] > 1:
+        reasons.append(
+            f"{name}: multi-node vLLM (Ray) is not supported here yet; use the sglang engine for nnodes > 1."
+        )
+    return reasons
+
+
+def layout_problems(
+    lay: dict, par: dict, spec: ModelSpec, hardware: dict, eng: Engine = SGLANG
+) -> tuple[list[str], list[str]]:
     """(reasons the layout is invalid, notes that do not change the verdict)."""
     name, tp, pp, ep, dp = lay["name"], par["tp"], par["pp"], par["ep"], par["dp"]
     gpu_count, nnodes = hardware["gpu_count"], par["nnodes"]
@@ -264,17 +271,19 @@ def layout_problems(lay: dict, par: dict, spec: ModelSpec, hardware: dict) -> tu
     used = par["gpus_per_engine"]
     used_with_replicas = used * par["replicas"]
     reasons, notes = [], []
-    if ep > tp:
+    if eng.name == "vllm":
+        reasons += _vllm_problems(lay, par)
+    elif ep > tp:
         hint = _suggest_ep_layout(tp, ep, available) or ""
         reasons.append(
             f"{name}: ep ({ep}) is larger than tp ({tp}). In SGLang ep splits the experts inside the tp group, "
             f"so ep must divide tp; SGLang crashes at start with ZeroDivisionError (moe_tp = tp / ep = 0). {hint}".strip()
         )
-    elif tp % ep:
+    elif eng.name != "vllm" and tp % ep:
         reasons.append(
             f"{name}: ep ({ep}) must divide tp ({tp}): each of the ep groups takes tp/ep GPUs of the tp group."
         )
-    if lay["enable_dp_attention"]:
+    if lay["enable_dp_attention"] and eng.name != "vllm":
         if dp == 1:
             notes.append(
                 f"{name}: enable_dp_attention with dp 1 does nothing (SGLang turns it off); set dp > 1."
@@ -287,7 +296,7 @@ def layout_problems(lay: dict, par: dict, spec: ModelSpec, hardware: dict) -> tu
         reasons.append(
             f"{name}: tp x pp ({tp * pp}) must be divisible by nnodes ({nnodes}): every host runs the same number of ranks."
         )
-    if dp > 1 and nnodes > 1 and not par["dp_attention"]:
+    if dp > 1 and nnodes > 1 and not par["dp_attention"] and eng.name != "vllm":
         reasons.append(
             f"{name}: SGLang does not support multi-node data parallelism without dp-attention; use replicas: or enable_dp_attention."
         )
@@ -323,11 +332,11 @@ def layout_problems(lay: dict, par: dict, spec: ModelSpec, hardware: dict) -> tu
             )
     # Shape rules of the model under this split.
     if not reasons:
-        reasons += _shape_problems(name, par, spec)
+        reasons += _shape_problems(name, par, spec, eng)
     return reasons, notes
 
 
-def _shape_problems(name: str, par: dict, spec: ModelSpec) -> list[str]:
+def _shape_problems(name: str, par: dict, spec: ModelSpec, eng: Engine = SGLANG) -> list[str]:
     problems = []
     tp, attn_tp, pp = par["tp"], par["attn_tp"], par["pp"]
     if spec.num_heads % attn_tp:
@@ -365,7 +374,7 @@ def _shape_problems(name: str, par: dict, spec: ModelSpec) -> list[str]:
             if local % block:
                 problems.append(
                     f"{name}: {what} splits into {local}-wide slices, not whole {block}-wide fp8 weight blocks "
-                    f"({dim} / {ways}); SGLang refuses such quantized shards. Use fewer "
+                    f"({dim} / {ways}); {eng.label} refuses such quantized shards. Use fewer "
                     + ("moe_tp ways (raise ep)." if lin.shard == "experts" else "TP ranks.")
                 )
         elif q.method == "int4_group" and lin.split == "row" and local % q.group_size:
@@ -395,8 +404,7 @@ def shard_factor(kind: str, par: dict, spec: ModelSpec) -> float:
     if kind == "vocab":
         return 1.0 if par["dp_attention"] else 1.0 / par["tp"]
     if kind == "experts":
-        # E/ep experts per rank, each sliced moe_tp = tp/ep ways
-        return 1.0 / par["tp"]
+        return 1.0 / par["expert_ways"]
     raise ValueError(kind)
 
 
@@ -522,24 +530,27 @@ def plan_layout(
     hardware = normalize_hardware(hardware)
     serving = normalize_serving(serving)
     cluster = cluster or normalize_cluster(None, None)
-    args = canonical_args(lay["name"], lay["args"])
+    engine_name = (lay["engine"] or serving.get("engine") or "sglang").lower()
+    eng = engine_spec(engine_name)
+    args = canonical_args(lay["name"], lay["args"], eng)
     # a layout may override serving-wide flags through args:
     eff = dict(serving)
-    for flag, key in SERVING_FLAGS.items():
+    for key, flag in eng.serving_flags.items():
         if flag in args:
             eff[key] = args[flag]
-    mfs = _float(eff["mem_fraction_static"], f"layout {lay['name']}: mem_fraction_static")
-    par = parallel_shape(lay)
-    reasons, notes = layout_problems(lay, par, spec, hardware)
-    if par["nnodes"] > 1:
+    fraction_key = eng.fraction_key
+    mfs = _float(eff[fraction_key], f"layout {lay['name']}: {fraction_key}")
+    par = parallel_shape(lay, eng)
+    reasons, notes = layout_problems(lay, par, spec, hardware, eng)
+    if par["nnodes"] > 1 and not reasons:
         _place_nodes(lay["name"], par, cluster, reasons, notes)
     if not 0 < mfs < 1:
-        reasons.append(f"{lay['name']}: mem_fraction_static must be between 0 and 1, not {mfs}.")
+        reasons.append(f"{lay['name']}: {fraction_key} must be between 0 and 1, not {mfs}.")
     ctx = eff.get("context_length")
     if ctx is not None and spec.max_context and int(ctx) > spec.max_context:
         reasons.append(
             f"{lay['name']}: context_length {ctx} exceeds the model's max_position_embeddings {spec.max_context}; "
-            "SGLang refuses it (ValueError) unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1."
+            f"{eng.label} refuses it at start."
         )
     capacity = hardware["gpu_memory_gib"]
     budget = mfs * capacity
@@ -551,6 +562,7 @@ def plan_layout(
     )
     plan = {
         "name": lay["name"],
+        "engine": engine_name,
         "verdict": "invalid",
         "failure": None,
         "reasons": reasons,
@@ -568,18 +580,17 @@ def plan_layout(
         "kv_bytes_per_token": None,
         "ranks": [],
         "cost": None,
-        "engine": lay["engine"],
         "port": lay["port"] or int(serving["base_port"]),
-        "unit_name": unit_name(spec.name, lay["name"]),
+        "unit_name": unit_name(spec.name, lay["name"], eng.unit_prefix),
         "conflicts": [],
-        "mem_fraction_static": mfs,
+        fraction_key: mfs,
     }
-    flags = render_argv(spec, lay, par, eff, args, plan["port"])
+    flags = render_argv(spec, lay, par, eff, args, plan["port"], eng)
     plan["flags"] = flags
-    plan["argv"] = ["python3", "-m", "sglang.launch_server", *flags]
+    plan["argv"] = [*eng.launcher, *flags]
     plan["env"] = render_env(lay, gpu_ids, hardware)
     if par["replicas"] > 1 and not reasons:
-        _place_replicas(plan, spec, lay, par, eff, args, hardware, cluster)
+        _place_replicas(plan, spec, lay, par, eff, args, hardware, cluster, eng)
     if plan["reasons"]:
         plan["failure"] = "invalid"
         return plan
@@ -591,12 +602,15 @@ def plan_layout(
     ranks = []
     stage_kv_tokens = []
     kv_gib_min = math.inf
+    # SGLang sizes its pool from the memory free before load (CUDA context gone);
+    # vLLM's utilization covers the whole card and its profiled activation peak.
+    reserve = mfs * CUDA_CONTEXT_GIB if eng.name != "vllm" else CUDA_CONTEXT_GIB + VLLM_ACTIVATION_GIB
     for pp_rank, comps in enumerate(stages):
         w = sum(comps.values()) / GIB
         layers = ranges[pp_rank]
         n_layers = layers[1] - layers[0] + 1
         kv_per_token = spec.kv_bytes_per_token_per_layer(par["attn_tp"], kvb) * n_layers
-        kv_gib = budget - w - mfs * CUDA_CONTEXT_GIB
+        kv_gib = budget - w - reserve
         kv_gib_min = min(kv_gib_min, kv_gib)
         stage_kv_tokens.append(int(kv_gib * GIB // kv_per_token) if kv_gib > 0 else 0)
         for tp_rank in range(par["tp"]):
@@ -631,15 +645,15 @@ def plan_layout(
         plan["reasons"].append(
             f"{lay['name']}: {par['gpus_per_engine']} GPUs, about {weights:.1f} GiB of weights each against the "
             f"{budget:.1f} GiB budget ({capacity:g} GiB per GPU): CUDA runs out of memory while loading the weights, "
-            "and no --mem-fraction-static can help. Spread the model over more GPUs."
+            f"and no {eng.fraction_flag} can help. Spread the model over more GPUs."
         )
-    elif weights + mfs * CUDA_CONTEXT_GIB >= budget:
-        need = (weights + CUDA_CONTEXT_GIB) / capacity
+    elif weights + reserve >= budget:
+        need = (weights + CUDA_CONTEXT_GIB + (VLLM_ACTIVATION_GIB if eng.name == "vllm" else 0)) / capacity
         plan["verdict"], plan["failure"] = "oom", "kv_no_memory"
         plan["reasons"].append(
             f"{lay['name']}: the weights ({weights:.1f} GiB per GPU) leave no KV cache inside the {budget:.1f} GiB "
-            f"budget (mem_fraction_static {mfs} x {capacity:g} GiB): SGLang stops with 'Not enough memory'. "
-            f"Raise mem_fraction_static above {need:.3f} or spread the model over more GPUs."
+            f"budget ({fraction_key} {mfs} x {capacity:g} GiB): {eng.kv_stop_message}. "
+            f"Raise {fraction_key} above {need:.3f} or spread the model over more GPUs."
         )
     else:
         plan["verdict"] = "fits"
@@ -652,12 +666,19 @@ def plan_layout(
     plan["kv_tokens"] = tokens
     groups = par["dp"] if par["dp"] > 1 else 1
     plan["kv_tokens_total"] = tokens * groups * par["replicas"]
-    if plan["verdict"] == "fits":
-        if ctx and tokens < int(ctx):
+    if plan["verdict"] == "fits" and ctx and tokens < int(ctx):
+        if eng.name == "vllm":
+            plan["verdict"], plan["failure"] = "oom", "kv_no_memory"
+            plan["reasons"].append(
+                f"{lay['name']}: the KV cache holds {tokens} tokens, fewer than max_model_len {ctx}: vLLM refuses to "
+                f"start. Raise {fraction_key} or lower sglang_context_length."
+            )
+        else:
             plan["notes"].append(
                 f"{lay['name']}: the KV cache holds {tokens} tokens, fewer than context_length {ctx}; "
                 "SGLang will cap request length."
             )
+    if plan["verdict"] == "fits" and eng.name != "vllm":
         dynamic = (1 - mfs) * capacity
         if dynamic < MIN_DYNAMIC_GIB:
             plan["notes"].append(
@@ -730,7 +751,7 @@ def normalize_cluster(cluster: dict | None, host: str | None) -> dict:
 ROUTER_LAUNCHER = ("python3", "-m", "sglang_router.launch_router")
 
 
-def _place_replicas(plan, spec, lay, par, serving, args, hardware, cluster) -> None:
+def _place_replicas(plan, spec, lay, par, serving, args, hardware, cluster, eng) -> None:
     """Replicas fill each host of the group in GPU blocks, then the next host; a router fronts them.
 
     The layout's port is the router's; replica r listens on port + 1 + r.
@@ -738,7 +759,9 @@ def _place_replicas(plan, spec, lay, par, serving, args, hardware, cluster) -> N
     name, n = lay["name"], par["replicas"]
     per_engine = par["gpus_per_engine"]
     if par["nnodes"] > 1:
-        plan["reasons"].append(f"{name}: replicas of a multi-node layout are not supported; use one or the other.")
+        plan["reasons"].append(
+            f"{name}: replicas of a multi-node layout are not supported; use one or the other."
+        )
         plan["failure"] = "invalid"
         return
     per_host = hardware["gpu_count"] // per_engine
@@ -765,11 +788,13 @@ def _place_replicas(plan, spec, lay, par, serving, args, hardware, cluster) -> N
             "address": cluster["addresses"][host_index] if cluster["addresses"] else hosts[host_index],
             "gpu_ids": gpus,
             "port": port,
-            "unit_name": unit_name(spec.name, f"{name}-r{r}"),
-            "flags": render_argv(spec, lay, par, serving, args, port),
+            "unit_name": unit_name(spec.name, f"{name}-r{r}", eng.unit_prefix),
+            "flags": render_argv(spec, lay, par, serving, args, port, eng),
             "env": render_env(lay, gpus, hardware),
         }
-        entry["url"] = f"http://{entry['address'] if entry['host'] != cluster['host'] else '127.0.0.1'}:{port}"
+        entry["url"] = (
+            f"http://{entry['address'] if entry['host'] != cluster['host'] else '127.0.0.1'}:{port}"
+        )
         replicas.append(entry)
         if entry["host"] == cluster["host"]:
             here += gpus
@@ -783,7 +808,7 @@ def _place_replicas(plan, spec, lay, par, serving, args, hardware, cluster) -> N
     plan["router"] = {
         "host": router_host,
         "port": plan["port"],
-        "unit_name": unit_name(spec.name, f"{name}-router"),
+        "unit_name": unit_name(spec.name, f"{name}-router", eng.unit_prefix),
         "workers": workers,
         "flags": [
             "--worker-urls",
@@ -853,6 +878,8 @@ SERVING_DEFAULTS = {
     "base_port": 30000,
     "api_key_set": False,
     "kv_cache_dtype": None,
+    "engine": "sglang",
+    "gpu_memory_utilization": 0.9,
 }
 
 

@@ -1,4 +1,4 @@
-"""A layout as SGLang's command line and environment.
+"""A layout as the engine's command line and environment.
 
 The planner calls these; the unit file itself is the service role's template
 (roles/sglang_service/templates/sglang.service.j2), rendered from what these
@@ -8,8 +8,6 @@ return.
 from __future__ import annotations
 
 import re
-
-LAUNCHER = ("python3", "-m", "sglang.launch_server")
 
 # The seed's Environment lines for a PCIe-only box: no InfiniBand on one host,
 # P2P across the PCIe tree, ring all-reduce. Nothing is forced on NVLink hosts.
@@ -27,9 +25,9 @@ def slug(text: str) -> str:
     return _SLUG.sub("-", str(text).lower()).strip("-")
 
 
-def unit_name(model_name: str, layout_name: str) -> str:
-    """sglang-<model>-<layout>.service, e.g. sglang-kimi-k2-6-ep8.service."""
-    return f"sglang-{slug(model_name)}-{slug(layout_name)}.service"
+def unit_name(model_name: str, layout_name: str, prefix: str = "sglang") -> str:
+    """<engine>-<model>-<layout>.service, e.g. sglang-kimi-k2-6-ep8.service."""
+    return f"{prefix}-{slug(model_name)}-{slug(layout_name)}.service"
 
 
 def _flag_value(value) -> list[str]:
@@ -38,8 +36,10 @@ def _flag_value(value) -> list[str]:
     return [str(value)]
 
 
-def render_argv(spec, lay: dict, par: dict, serving: dict, args: dict, port: int) -> list[str]:
-    """Flags of `python -m sglang.launch_server` for one layout (without the launcher)."""
+def render_argv(spec, lay: dict, par: dict, serving: dict, args: dict, port: int, eng=None) -> list[str]:
+    """The engine's flags for one layout (without the launcher)."""
+    if eng is not None and eng.name == "vllm":
+        return _vllm_argv(spec, lay, par, serving, args, port)
     flags = ["--model-path", spec.path or spec.name, "--host", str(serving["host"]), "--port", str(port)]
     flags += ["--tp-size", str(par["tp"])]
     if par["pp"] > 1:
@@ -73,6 +73,10 @@ def render_argv(spec, lay: dict, par: dict, serving: dict, args: dict, port: int
         flags.append("--trust-remote-code")
     if serving.get("grammar_backend") is not None and "--grammar-backend" not in args:
         flags += ["--grammar-backend", str(serving["grammar_backend"])]
+    return _append_args(flags, args)
+
+
+def _append_args(flags: list[str], args: dict) -> list[str]:
     for flag, value in args.items():
         if flag == "--host":
             flags[flags.index("--host") + 1] = str(value)
@@ -83,6 +87,30 @@ def render_argv(spec, lay: dict, par: dict, serving: dict, args: dict, port: int
             continue
         flags += [flag, *_flag_value(value)]
     return flags
+
+
+def _vllm_argv(spec, lay: dict, par: dict, serving: dict, args: dict, port: int) -> list[str]:
+    """`python -m vllm.entrypoints.openai.api_server` flags: vLLM's names for the same layout."""
+    flags = ["--model", spec.path or spec.name, "--host", str(serving["host"]), "--port", str(port)]
+    flags += ["--served-model-name", spec.name]
+    flags += ["--tensor-parallel-size", str(par["tp"])]
+    if par["pp"] > 1:
+        flags += ["--pipeline-parallel-size", str(par["pp"])]
+    if par["dp"] > 1:
+        flags += ["--data-parallel-size", str(par["dp"])]
+    if par["ep"] > 1:
+        flags.append("--enable-expert-parallel")
+    wanted = {
+        "--gpu-memory-utilization": serving.get("gpu_memory_utilization"),
+        "--max-model-len": serving.get("context_length"),
+        "--max-num-seqs": serving.get("max_running_requests"),
+    }
+    for flag, value in wanted.items():
+        if value is not None and flag not in args:
+            flags += [flag, str(value)]
+    if serving.get("trust_remote_code"):
+        flags.append("--trust-remote-code")
+    return _append_args(flags, args)
 
 
 def render_env(lay: dict, gpu_ids: list[int], hardware: dict) -> dict[str, str]:
