@@ -28,7 +28,7 @@ cu13 = [os.path.dirname(d) for d in dirs if os.path.basename(os.path.dirname(d))
 json.dump(
     {
         "python": sys.executable,
-        "python_version": "%d.%d.%d" % sys.version_info[:3],
+        "python_version": ".".join(str(n) for n in sys.version_info[:3]),
         "lib_dirs": dirs,
         "ld_library_path": os.pathsep.join(dirs),
         "cuda_wheels_home": cu13[0] if cu13 else "",
