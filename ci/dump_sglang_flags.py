@@ -15,7 +15,8 @@ The key of each flag is its canonical spelling: the option string that matches t
 (`--tp-size` for dest tp_size), else the first long option string. `aliases` are the other
 option strings. `takes_value` is false for switches (store_true/store_false/store_const/count).
 `nargs` is argparse's nargs (null for one value, "*", "+", "?" or a number). `choices` are
-rendered as strings (what a command line carries), or null. Keys are sorted so that a
+rendered as strings (what a command line carries), in the parser's order (sorted where SGLang
+declares them as a set), or null. Keys are sorted so that a
 regenerated file diffs cleanly. Nothing here depends on the machine (no device, no model).
 """
 
@@ -70,6 +71,8 @@ def describe(parser: argparse.ArgumentParser) -> dict[str, dict]:
         choices = None
         if action.choices is not None:
             choices = [str(c) for c in action.choices]
+            if not isinstance(action.choices, (list, tuple, range, dict)):
+                choices.sort()  # a set (e.g. --sampling-backend): no order to keep, keep the file stable
         flags[key] = {
             "dest": action.dest,
             "aliases": [s for s in action.option_strings if s != key],
@@ -80,13 +83,15 @@ def describe(parser: argparse.ArgumentParser) -> dict[str, dict]:
     return dict(sorted(flags.items()))
 
 
-def main() -> int:
-    parser = build_parser()
-    doc = {
+def document() -> dict:
+    return {
         "sglang_version": importlib.metadata.version("sglang"),
-        "flags": describe(parser),
+        "flags": describe(build_parser()),
     }
-    json.dump(doc, sys.stdout, indent=1, sort_keys=False)
+
+
+def main() -> int:
+    json.dump(document(), sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0
 

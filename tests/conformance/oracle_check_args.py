@@ -1,12 +1,15 @@
 """Have the pinned SGLang's own code judge command lines. Run by the ORACLE python, not pytest's.
 
-    <oracle python> tests/conformance/oracle_check_args.py CASES.json RESULTS.json
+    <oracle python> tests/conformance/oracle_check_args.py CASES.json RESULTS.json [FLAGS.json]
 
 CASES.json: [{"id": str, "argv": [flags of sglang.launch_server, without the launcher]}, ...]
 RESULTS.json: {"sglang_version": str, "import_s": float, "warm_up_s": float,
                "results": {id: {"verdict": "accepted" | "argparse_error" | "rejected",
                                 "exit_code": int | None, "error_type": str | None,
                                 "message": str, "resolved": {...} | None, "seconds": float}}}
+
+FLAGS.json (optional): what ci/dump_sglang_flags.py prints, made in the same process (one
+import of ServerArgs for both jobs).
 
 Each argv goes through what `python -m sglang.launch_server` runs before it touches a GPU:
 `prepare_server_args(argv + ["--device", "cpu"])` (argparse, then ServerArgs), `resolve_once()`
@@ -32,6 +35,7 @@ import sys
 import tempfile
 import time
 import traceback
+import types
 
 RESOLVED_FIELDS = (
     "tp_size",
@@ -49,7 +53,46 @@ RESOLVED_FIELDS = (
     "host",
     "port",
     "device",
+    "attn_dp_size",
+    "attn_cp_size",
+    "moe_dp_size",
 )
+
+
+def _widths(args) -> dict | None:
+    """SGLang's own derivation of the parallel widths and of every rank's place (0.5.23 has
+    these as pure functions in sglang.srt.runtime_context; None where the pin lacks them).
+    "rank_error" is what deriving the ranks raises (e.g. ZeroDivisionError when ep > tp), i.e.
+    what the scheduler processes would hit at start, after the parser let the argv through."""
+    try:
+        from sglang.srt.runtime_context import (
+            derive_spawn_ranks,
+            launch_world_size_of,
+            num_dp_ranks_of,
+            parallel_widths_of,
+        )
+    except ImportError:
+        return None
+    out = {
+        "world_size": launch_world_size_of(args),
+        "num_dp_ranks": num_dp_ranks_of(args),
+        "rank_error": None,
+    }
+    try:
+        out.update(parallel_widths_of(args))
+        for world_rank in range(out["world_size"]):
+            derive_spawn_ranks(
+                world_rank=world_rank,
+                tp_size=args.tp_size,
+                ep_join_rank_offset=args.ep_join_rank_offset,
+                attn_cp_size=args.attn_cp_size,
+                attn_tp_size=out["attn_tp_size"],
+                moe_dp_size=args.moe_dp_size,
+                moe_ep_size=out["moe_ep_size"],
+            )
+    except Exception as e:
+        out["rank_error"] = f"{type(e).__name__}: {e}"
+    return out
 
 
 def _judge(argv: list[str]) -> dict:
@@ -77,13 +120,21 @@ def _judge(argv: list[str]) -> dict:
         return {"verdict": "rejected", "exit_code": e.code, "error_type": "SystemExit", "message": str(e)}
     except Exception as e:
         return _rejected(e)
-    resolved = {f: getattr(args, f, None) for f in RESOLVED_FIELDS}
+    # 0.5.23 keeps what resolution decided as declarations over the input record (e.g. the
+    # deprecated --dp-size N --enable-dp-attention becomes attn_dp_size N, dp_size 1);
+    # resolved_dict() is what the launcher and /server_info see. Older pins: the attributes.
+    if hasattr(args, "resolved_dict"):
+        everything = args.resolved_dict()
+    else:
+        everything = {f: getattr(args, f, None) for f in dir(args) if not f.startswith("_")}
+    resolved = {f: everything.get(f) for f in RESOLVED_FIELDS}
     return {
         "verdict": "accepted",
         "exit_code": None,
         "error_type": None,
         "message": "",
         "resolved": json.loads(json.dumps(resolved, default=str)),
+        "widths": json.loads(json.dumps(_widths(types.SimpleNamespace(**everything)), default=str)),
     }
 
 
@@ -124,6 +175,7 @@ def _run_forked(argv: list[str]) -> dict:
     else:
         out = json.loads(data)
     out.setdefault("resolved", None)
+    out.setdefault("widths", None)
     out["seconds"] = round(time.monotonic() - t0, 3)
     return out
 
@@ -147,6 +199,7 @@ def _warm_up(argv: list[str]) -> float:
 
 def main() -> int:
     cases_path, results_path = sys.argv[1:3]
+    flags_path = sys.argv[3] if len(sys.argv) > 3 else None
     with open(cases_path, encoding="utf-8") as f:
         cases = json.load(f)
     t0 = time.monotonic()
@@ -165,6 +218,16 @@ def main() -> int:
     }
     with open(results_path, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
+    if flags_path:
+        import importlib.util
+
+        dump = os.path.join(os.path.dirname(__file__), "..", "..", "ci", "dump_sglang_flags.py")
+        spec = importlib.util.spec_from_file_location("dump_sglang_flags", dump)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        with open(flags_path, "w", encoding="utf-8") as f:
+            json.dump(module.document(), f, indent=1)
+            f.write("\n")
     return 0
 
 
