@@ -354,7 +354,7 @@ async def sleep_until(loop, when: float) -> None:
 
 
 class Scheduler:
-    RESYNC_S = 0.005  # if an iteration ends this late, restart the schedule from now
+    RESYNC_S = 0.05  # if an iteration ends this late (a stalled host), restart the schedule from now
     DECODE_LOG_INTERVAL = 40
 
     def __init__(self, sim, *, dp_rank: int, max_running: int, kv_tokens: int, cost, log_prefix: str):
@@ -435,6 +435,7 @@ class Scheduler:
             if sim.halted:
                 await asyncio.Future()
             lat = sim.lateness
+            sim.wake_lateness.append(loop.time() - t_end)
             for r, p in zip(batch, payloads, strict=True):
                 if r.aborted:
                     continue

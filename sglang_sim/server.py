@@ -191,7 +191,8 @@ class Sim:
         self.prompt_tokens_total = 0
         self.requests_total = 0
         self.last_output = 0.0
-        self.lateness: deque[float] = deque(maxlen=1_000_000)
+        self.lateness: deque[float] = deque(maxlen=1_000_000)  # per streamed chunk
+        self.wake_lateness: deque[float] = deque(maxlen=100_000)  # per iteration, before the writes
         self.schedulers: list[Scheduler] = []
         self._rr = 0
         self.schedule_log = None
@@ -201,6 +202,7 @@ class Sim:
         self.planner = self.spec = self.plan = None
         self.cost = None
         self._tasks: set = set()  # strong references to background tasks
+        self.eos_mean = int(_env_float("SGLANG_SIM_EOS_MEAN", 256))
 
     # -- start-up -----------------------------------------------------------------------
     def prefix(self, rank: dict) -> str:
@@ -245,7 +247,7 @@ class Sim:
 
     def run(self) -> None:
         a, log = self.args, self.log
-        log.main(server_args_repr(a))
+        log.main("server_args=" + server_args_repr(a))
         if a.attention_backend is None:
             log.main("Attention backend not specified. Use fa3 backend by default.")
         try:
@@ -767,23 +769,28 @@ class Sim:
         conn.respond(200, ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4; charset=utf-8")
 
     def h_sim_stats(self, conn: Conn, data) -> None:
-        lat = sorted(self.lateness)
+        def summary(values) -> dict:
+            v = sorted(values)
+            if not v:
+                return {"n": 0, "median": None, "p99": None, "max": None}
+            return {
+                "n": len(v),
+                "median": v[len(v) // 2] * 1e3,
+                "p99": v[min(len(v) - 1, int(0.99 * len(v)))] * 1e3,
+                "max": v[-1] * 1e3,
+            }
+
+        out = {
+            "lateness_ms": summary(self.lateness),
+            "wake_lateness_ms": summary(self.wake_lateness),
+            "tokens_out": self.tokens_out,
+            "finished": self.finished_count,
+            "cost_model": self.cost.describe() if self.cost else None,
+        }
         if data.get("reset"):
             self.lateness.clear()
-
-        def q(p):
-            return lat[min(len(lat) - 1, int(p * len(lat)))] * 1e3 if lat else None
-
-        conn.json(
-            200,
-            {
-                "chunks": len(lat),
-                "lateness_ms": {"median": q(0.5), "p99": q(0.99), "max": q(1.0)},
-                "tokens_out": self.tokens_out,
-                "finished": self.finished_count,
-                "cost_model": self.cost.describe() if self.cost else None,
-            },
-        )
+            self.wake_lateness.clear()
+        conn.json(200, out)
 
     def _enqueue(
         self,
@@ -839,7 +846,7 @@ class Sim:
             stream=stream,
             prompt_tokens=prompt_tokens,
             max_new=max_new,
-            eos_at=eos_position(seed, max_new, ignore_eos),
+            eos_at=eos_position(seed, max_new, ignore_eos, self.eos_mean),
             seed=seed,
             model=self.args.served_model_name or self.args.model_path,
             include_usage=include_usage,

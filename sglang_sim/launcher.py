@@ -1,0 +1,137 @@
+"""Start a simulator process and follow its log: for tests and benchmarks.
+
+with SimProcess(["--tp-size", "8"], env={"SGLANG_SIM_LOAD_SECONDS": "0.2"}) as sim:
+    sim.wait_ready()
+    urllib.request.urlopen(sim.url("/health"))
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL = PACKAGE_ROOT / "models" / "kimi-k2.6"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class SimProcess:
+    def __init__(
+        self,
+        args=(),
+        *,
+        env: dict | None = None,
+        port: int | None = None,
+        model_path=None,
+        python: str | None = None,
+    ):
+        self.port = port or free_port()
+        self.model_path = str(model_path or DEFAULT_MODEL)
+        self.argv = [
+            python or sys.executable,
+            "-m",
+            "sglang_sim",
+            "--model-path",
+            self.model_path,
+            "--port",
+            str(self.port),
+            *args,
+        ]
+        pp = os.pathsep.join([str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": pp,
+            "SGLANG_SIM_LOAD_SECONDS": "0.2",
+            "SGLANG_SIM_WARMUP_SECONDS": "0.2",
+            **(env or {}),
+        }
+        self.lines: list[tuple[float, str]] = []
+        self._cond = threading.Condition()
+        self.proc: subprocess.Popen | None = None
+        self._reader: threading.Thread | None = None
+        self.started_at = 0.0
+
+    # -- life cycle ------------------------------------------------------------------
+    def start(self) -> SimProcess:
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(
+            self.argv, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        return self
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self._cond:
+                self.lines.append((time.monotonic(), line.rstrip("\n")))
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+
+    def __enter__(self) -> SimProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- observing --------------------------------------------------------------------
+    @property
+    def text(self) -> str:
+        with self._cond:
+            return "\n".join(line for _, line in self.lines)
+
+    def wait_for_line(self, needle: str, timeout: float = 15.0) -> tuple[float, str]:
+        """(monotonic time it was read, line) of the first line containing needle."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for t, line in self.lines:
+                    if needle in line:
+                        return t, line
+                left = deadline - time.monotonic()
+                if left <= 0 or (
+                    self.proc is not None
+                    and self.proc.poll() is not None
+                    and not (self._reader and self._reader.is_alive())
+                ):
+                    raise TimeoutError(f"no log line containing {needle!r}; log:\n{self.text_unlocked()}")
+                self._cond.wait(min(left, 0.1))
+
+    def text_unlocked(self) -> str:
+        return "\n".join(line for _, line in self.lines)
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        self.wait_for_line("The server is fired up and ready to roll!", timeout)
+
+    def wait_exit(self, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        rc = self.proc.wait(timeout=timeout)
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        return rc
+
+    def url(self, path: str = "") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
