@@ -298,3 +298,33 @@ def run_bench_serving(oracle_python, oracle_tokenizer, tmp_path):
 def pytest_report_header(config):
     py = os.environ.get("SGLANG_ORACLE_PY") or str(ORACLE_DEFAULT)
     return f"sglang oracle python: {py}" + ("" if Path(py).exists() else " (missing: run `make oracle`)")
+
+
+# ---------------------------------------------------------------------------
+# SGLang's parser and validator as a judge of command lines
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def judge_argvs(oracle_python, tmp_path_factory):
+    """`judge(cases, flags_out=None) -> dict`: run tests/conformance/oracle_check_args.py once
+    (one import of SGLang) over cases [{"id", "argv"}]; returns its results document.
+    With flags_out, the same process also writes ci/dump_sglang_flags.py's document there."""
+
+    def judge(cases: list[dict], flags_out: Path | None = None) -> dict:
+        work = tmp_path_factory.mktemp("oracle-judge")
+        cases_path, results_path = work / "cases.json", work / "results.json"
+        cases_path.write_text(json.dumps(cases))
+        args = [HERE / "oracle_check_args.py", cases_path, results_path]
+        if flags_out is not None:
+            args.append(flags_out)
+        run_oracle(oracle_python, args, timeout=600, cwd=work)
+        return json.loads(results_path.read_text())
+
+    return judge
+
+
+@pytest.fixture(scope="session")
+def model_dir_factory():
+    """sglang_model_dir, as a fixture (test modules cannot import this conftest by name)."""
+    return sglang_model_dir
