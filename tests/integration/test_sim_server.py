@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import statistics
@@ -149,7 +150,7 @@ def test_generate_stream_cumulative_and_done(sim):
     assert events[-1][1] == "[DONE]"
     chunks = [json.loads(d) for _, d in events[:-1]]
     assert [c["meta_info"]["completion_tokens"] for c in chunks] == [1, 2, 3, 4, 5, 6]
-    for a, b in zip(chunks, chunks[1:], strict=False):
+    for a, b in itertools.pairwise(chunks):
         assert b["text"].startswith(a["text"]) and len(b["text"]) > len(a["text"])
         assert b["output_ids"][: len(a["output_ids"])] == a["output_ids"]
     assert all("e2e_latency" not in c["meta_info"] for c in chunks[:-1])
@@ -271,15 +272,13 @@ def test_schedule_matches_client_and_batching(sim):
     waited = [r for r in recs.values() if r["first_token"] >= lasts[0] - 1e-9]
     assert len(waited) == 1
     # decode gaps are the fixed 20 ms step (a prefill of the late request may interleave once)
-    gaps = [
-        b - a for r in recs.values() for a, b in zip(r["token_times"], r["token_times"][1:], strict=False)
-    ]
+    gaps = [b - a for r in recs.values() for a, b in itertools.pairwise(r["token_times"])]
     assert statistics.median(gaps) == pytest.approx(0.020, abs=1e-6)
     # the client saw the same inter-token gaps (to within scheduling noise)
     for i, events in results.items():
-        client_gaps = [b[0] - a[0] for a, b in zip(events[:-1], events[1:-1], strict=False)]
+        client_gaps = [b[0] - a[0] for a, b in itertools.pairwise(events[:-1])]
         sched = recs[f"sched-{i}"]["token_times"]
-        sched_gaps = [b - a for a, b in zip(sched, sched[1:], strict=False)]
+        sched_gaps = [b - a for a, b in itertools.pairwise(sched)]
         assert abs(statistics.median(client_gaps) - statistics.median(sched_gaps)) < 0.008
 
 

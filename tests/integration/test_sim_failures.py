@@ -1,0 +1,186 @@
+"""The simulator fails the way SGLang fails: log lines, exit status, what the health gate classifies."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from sglang_layouts import logclass, planner
+
+from sglang_sim.failures import format_size
+from sglang_sim.launcher import DEFAULT_MODEL, PACKAGE_ROOT, SimProcess
+
+GIB = 1 << 30
+
+
+def generate(url: str, n: int = 3, timeout: float = 10.0) -> dict:
+    body = json.dumps(
+        {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": n, "ignore_eos": True}}
+    ).encode()
+    with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def classify(text: str) -> str | None:
+    m = logclass.classify(text.splitlines())
+    return m.cls if m else None
+
+
+def plan_of(**layout) -> tuple:
+    spec = planner.load_model({"name": "kimi-k2.6", "path": str(DEFAULT_MODEL)})
+    hw = {"gpu_count": 8, "gpu_memory_gib": 94.97, "gpu_interconnect": "pcie"}
+    return spec, planner.plan_layout({"name": "t", **layout}, spec, hw, {})
+
+
+def test_tp4_ep2_dies_of_cuda_oom_with_the_plans_figures():
+    """The reported incident: --tp-size 4 --ep-size 2 on 8 x 94.97 GiB."""
+    spec, plan = plan_of(tp=4, ep=2)
+    assert plan["failure"] == "oom_at_load"
+    with SimProcess(["--tp-size", "4", "--ep-size", "2"], env={"SGLANG_SIM_LOAD_SECONDS": "0.5"}) as s:
+        t_begin, _ = s.wait_for_line("Load weight begin")
+        rc = s.wait_exit()
+        t_oom, line = s.wait_for_line("CUDA out of memory")
+    assert rc == -9  # kill_process_tree(os.getpid()): SIGKILL of itself
+    assert t_oom - t_begin >= 0.45  # after the load delay
+    m = re.search(
+        r"Tried to allocate ([\d.]+ [MG]iB)\. GPU (\d+) has a total capacity of 94\.97 GiB of which ([\d.]+ [KMG]iB) "
+        r"is free\..* Of the allocated memory ([\d.]+ GiB) is allocated by PyTorch",
+        line,
+    )
+    assert m, line
+    # the figures come from the planner's allocation sequence of the fullest rank
+    seq = planner.allocation_sequence(spec, plan, 0)
+    cum, tried = 0, None
+    for _name, nbytes in seq:
+        # the caching allocator: 2 MiB blocks for large tensors, 512 B granules for small ones
+        grain = (2 << 20) if nbytes > (1 << 20) else 512
+        block = -(-nbytes // grain) * grain
+        if cum + block + planner.CUDA_CONTEXT_GIB * GIB > 94.97 * GIB:
+            tried = nbytes
+            break
+        cum += block
+    assert m.group(1) == format_size(tried) and m.group(4) == format_size(cum)
+    text = s.text
+    assert text.index("Scheduler hit an exception: Traceback") < text.index("torch.OutOfMemoryError")
+    assert "Received sigquit from a child process. It usually means the child failed." in text
+    assert "Uvicorn running" not in text
+    assert classify(text) == "cuda_oom"
+
+
+def test_ep_greater_than_tp_is_a_zero_division():
+    with SimProcess(["--tp-size", "2", "--ep-size", "4"]) as s:
+        rc = s.wait_exit()
+    assert rc == 1
+    assert s.text.rstrip().endswith("ZeroDivisionError: integer division or modulo by zero")
+    assert "_compute_parallelism_ranks" in s.text
+
+
+def test_weights_fit_but_no_kv_cache():
+    _, plan = plan_of(tp=8)
+    low = round(plan["weights_gib_per_gpu"] / 94.97 - 0.02, 2)  # budget below the weights
+    with SimProcess(["--tp-size", "8", "--mem-fraction-static", str(low)]) as s:
+        rc = s.wait_exit()
+    assert rc == -9
+    assert "Load weight end." in s.text
+    assert (
+        f"Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static={low}"
+        in s.text
+    )
+    assert classify(s.text) == "kv_cache_no_memory"
+
+
+def test_unknown_flag_exits_2_like_argparse():
+    env = {"PYTHONPATH": str(PACKAGE_ROOT)}
+    p = subprocess.run(
+        [sys.executable, "-m", "sglang_sim", "--model-path", str(DEFAULT_MODEL), "--tp-sise", "8"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert p.returncode == 2
+    assert p.stderr.startswith("usage: launch_server.py")
+    assert (
+        "error: unrecognized arguments: --tp-sise" in p.stderr or "error: unrecognized arguments" in p.stderr
+    )
+    assert classify(p.stderr) == "bad_args"
+
+
+def test_port_taken():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with SimProcess(["--tp-size", "8"], port=port) as s:
+            rc = s.wait_exit()
+    assert rc == 1
+    assert re.search(
+        r"ERROR: +\[Errno 98\] error while attempting to bind on address \('127\.0\.0\.1', \d+\): "
+        r"address already in use",
+        s.text,
+    )
+    assert classify(s.text) == "port_in_use"
+
+
+def test_crash_after_n_requests():
+    with SimProcess(
+        ["--tp-size", "8"], env={"SGLANG_SIM_FAULT": "crash_after:2", "SGLANG_SIM_DECODE_STEP_MS": "2"}
+    ) as s:
+        s.wait_ready()
+        for _ in range(2):
+            assert generate(s.url("/generate"))["meta_info"]["completion_tokens"] == 3
+        rc = s.wait_exit()
+    assert rc == -9
+    text = s.text
+    assert "Scheduler hit an exception: Traceback (most recent call last):" in text
+    assert "SIGQUIT received. signum=None, frame=None. It usually means one child failed." in text
+    assert classify(text) == "crashed"
+
+
+def test_hang_keeps_port_open_and_stops_answering():
+    with SimProcess(
+        ["--tp-size", "8"], env={"SGLANG_SIM_FAULT": "hang_after:1", "SGLANG_SIM_DECODE_STEP_MS": "2"}
+    ) as s:
+        s.wait_ready()
+        generate(s.url("/generate"))
+        with socket.create_connection(("127.0.0.1", s.port), timeout=2):
+            pass  # still accepting connections
+        with pytest.raises(TimeoutError):
+            urllib.request.urlopen(s.url("/health"), timeout=1.0)
+        assert s.proc.poll() is None
+
+
+def test_nccl_watchdog_timeout():
+    env = {
+        "SGLANG_SIM_FAULT": "nccl_timeout_after:1",
+        "SGLANG_SIM_NCCL_TIMEOUT_SECONDS": "0.3",
+        "SGLANG_SIM_DECODE_STEP_MS": "2",
+    }
+    with SimProcess(["--tp-size", "8"], env=env) as s:
+        s.wait_ready()
+        generate(s.url("/generate"))
+        rc = s.wait_exit()
+    assert rc == -9
+    assert "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=" in s.text
+    assert "Timeout(ms)=300)" in s.text
+    assert classify(s.text) == "nccl_timeout"
+
+
+def test_slow_start_keeps_the_port_closed():
+    with SimProcess(["--tp-size", "8", "--sim-fault", "slow_start:1.5"]) as s:
+        t0, _ = s.wait_for_line("Load weight begin")
+        time.sleep(1.0)
+        with (
+            pytest.raises(ConnectionRefusedError),
+            socket.create_connection(("127.0.0.1", s.port), timeout=1),
+        ):
+            pass
+        t1, _ = s.wait_for_line("Load weight end")
+        assert t1 - t0 >= 1.4
+        s.wait_ready()

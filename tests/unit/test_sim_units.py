@@ -1,0 +1,154 @@
+"""sglang_sim's pure parts: command line, cost model, wire formats, OOM arithmetic."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sglang_layouts import planner
+
+from sglang_sim import flags
+from sglang_sim.cost import CostModel, Stage, from_plan
+from sglang_sim.engine import Req, eos_position
+from sglang_sim.failures import format_size, oom_figures
+from sglang_sim.launcher import DEFAULT_MODEL
+
+MIB, GIB = 1 << 20, 1 << 30
+
+
+def test_seed_flags_and_aliases_parse():
+    a = flags.parse_args(
+        [
+            "--model-path",
+            "/m",
+            "--tensor-parallel-size",
+            "8",
+            "--ep",
+            "2",
+            "--pp-size",
+            "1",
+            "--enable-dp-attention",
+            "--mem-fraction-static",
+            "0.9",
+            "--port",
+            "31000",
+        ]
+    )
+    assert (a.tp_size, a.ep_size, a.pp_size, a.enable_dp_attention) == (8, 2, 1, True)
+    assert a.mem_fraction_static == 0.9 and a.port == 31000
+    assert flags.parse_args(["--model", "/m"]).tp_size == 1
+
+
+def test_unknown_flag_is_argparse_exit_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        flags.parse_args(["--model-path", "/m", "--no-such-flag"])
+    assert e.value.code == 2
+    assert "error: unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+
+
+def test_every_flag_of_the_pinned_sglang_is_accepted():
+    path = flags.flags_file()
+    assert path is not None, "module_utils/sglang_layouts/data/sglang_flags.json is missing (make flags)"
+    dump = json.loads(path.read_text())["flags"]
+    argv = []
+    for flag, spec in dump.items():
+        if not spec.get("takes_value", True):
+            argv.append(flag)
+            continue
+        choices = spec.get("choices")
+        value = str(choices[0]) if choices else {"tp_size": "8", "port": "1234"}.get(spec["dest"], "1")
+        argv += [flag, value] if flag != "--model-path" else [flag, "/m"]
+    a = flags.parse_args(argv)
+    assert a.tp_size == 8 and a.model_path == "/m"
+
+
+def test_cost_model_grows_with_batch_and_pp():
+    st = Stage(dense_bytes=4e9, expert_bytes=70e9, layers=61, collectives=123)
+    m = CostModel(
+        stages=[st], n_experts=384, top_k=8, kv_bytes_per_token_layer=1152, bandwidth_bytes_s=1792e9
+    )
+    s1, s8, s64 = (m.decode_step(b) for b in (1, 8, 64))
+    assert s1 < s8 < s64
+    # batch 1: dense + 8/384 of the experts at 70% of 1792 GB/s, plus 123 all-reduces at 60 us
+    expect = (4e9 + 70e9 * 8 / 384) / (1792e9 * 0.7) + 123 * 60e-6 + 0.3e-3
+    assert s1 == pytest.approx(expect)
+    assert m.decode_step(1, kv_tokens_in_use=100_000) > s1
+    pp = CostModel(
+        stages=[Stage(4e9 / 4, 70e9 / 4, 15, 0)] * 4,
+        n_experts=384,
+        top_k=8,
+        kv_bytes_per_token_layer=0,
+        bandwidth_bytes_s=1792e9,
+    )
+    assert pp.decode_step(4) == pytest.approx(pp.decode_step(1))  # 4 micro-batches of one
+    m.fixed_step_s = 0.01
+    assert m.decode_step(64) == 0.01
+
+
+def test_cost_from_real_plans(monkeypatch):
+    spec = planner.load_model({"name": "kimi-k2.6", "path": str(DEFAULT_MODEL)})
+    hw = {
+        "gpu_count": 8,
+        "gpu_memory_gib": 94.97,
+        "gpu_interconnect": "pcie",
+        "gpu_memory_bandwidth_gbs": 1792,
+    }
+    tp8 = from_plan(planner.plan_layout({"name": "a", "tp": 8}, spec, hw, {}), hw)
+    pp8 = from_plan(planner.plan_layout({"name": "b", "pp": 8}, spec, hw, {}), hw)
+    assert pp8.pp == 8 and tp8.pp == 1
+    assert pp8.decode_step(1) > tp8.decode_step(1)  # PP is serial at batch 1
+    nv = from_plan(
+        planner.plan_layout({"name": "a", "tp": 8}, spec, hw, {}), {**hw, "gpu_interconnect": "nvlink"}
+    )
+    assert nv.decode_step(1) < tp8.decode_step(1)
+    monkeypatch.setenv("SGLANG_SIM_DECODE_STEP_MS", "7")
+    assert from_plan(planner.plan_layout({"name": "a", "tp": 8}, spec, hw, {}), hw).decode_step(3) == 0.007
+
+
+def test_generate_chunk_bytes_are_sglang_shaped():
+    r = Req(
+        rid='a"b',
+        kind="generate",
+        conn=None,
+        stream=True,
+        prompt_tokens=3,
+        max_new=2,
+        eos_at=None,
+        seed=1,
+        model="m",
+        include_usage=False,
+        arrival=10.0,
+    )
+    first = r.advance(10.5)
+    second = r.advance(10.6)
+    size, _, rest = first.partition(b"\r\n")
+    body = rest[: int(size, 16)]
+    ev = json.loads(body.decode().removeprefix("data: "))
+    assert ev["meta_info"]["id"] == 'a"b' and ev["meta_info"]["completion_tokens"] == 1
+    assert ev["meta_info"]["finish_reason"] is None and "e2e_latency" not in ev["meta_info"]
+    size, _, rest = second.partition(b"\r\n")
+    body = rest[: int(size, 16)].decode()
+    events = [e.removeprefix("data: ") for e in body.split("\n\n") if e]
+    assert events[-1] == "[DONE]"
+    last = json.loads(events[0])
+    assert last["meta_info"]["finish_reason"] == {"type": "length", "length": 2}
+    assert last["meta_info"]["e2e_latency"] == pytest.approx(0.6)
+    assert last["text"].startswith(ev["text"]) and r.token_times == [10.5, 10.6]
+
+
+def test_eos_position_deterministic():
+    assert eos_position(123, 50, ignore_eos=True) is None
+    draws = [eos_position(s, 10_000, ignore_eos=False) for s in range(400)]
+    assert draws == [eos_position(s, 10_000, ignore_eos=False) for s in range(400)]
+    finite = [d for d in draws if d is not None]
+    assert 150 < sum(finite) / len(finite) < 400  # geometric, mean 256
+
+
+def test_format_size_and_oom_walk():
+    assert format_size(672 * MIB) == "672.00 MiB" and format_size(94.97 * GIB) == "94.97 GiB"
+    assert format_size(1000) == "1000 bytes"
+    seq = [("a", 40 * GIB), ("b", 40 * GIB), ("c", 15 * GIB)]
+    name, tried, allocated, free, reserved = oom_figures(seq, 94.97, 0.5)
+    assert name == "c" and tried == 15 * GIB and allocated == 80 * GIB
+    assert free + reserved == pytest.approx((94.97 - 0.5 - 80) * GIB)
+    assert oom_figures(seq[:2], 94.97, 0.5) is None
