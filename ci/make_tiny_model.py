@@ -60,7 +60,7 @@ heads hidden vocab context length prefill decode stream latency throughput bench
 deploy start stop ready health error out fits split shard shards group groups router port
 def return class import self none true false print value values list dict key keys item
 items index count size sum max min time test run build file path name line lines text
-""".split()
+""".split()  # noqa: SIM905 (a word list reads better as text)
 PUNCT = [".", ",", ":", ";", "?", "!", "(", ")", "=", "+", "-", "_", "/", "'", '"', "\n", "\n\n", "    "]
 
 
