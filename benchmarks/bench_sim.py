@@ -103,6 +103,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=12.0)
     a = ap.parse_args()
     port = free_port()
+    load_before = os.getloadavg()[0]
     env = dict(
         os.environ,
         SGLANG_SIM_DECODE_STEP_MS=str(1000.0 / a.rate),
@@ -148,7 +149,11 @@ def main() -> int:
     lat = stats["lateness_ms"]
     print(
         f"sglang_sim schedule benchmark: {a.streams} streams x {a.rate:g} tok/s target, "
-        f"{a.tokens} tokens/request, {wall:.1f} s, {len(results)} requests, CPU cores: {os.cpu_count()}"
+        f"{a.tokens} tokens/request, {wall:.1f} s, {len(results)} requests"
+    )
+    print(
+        f"  host: {os.cpu_count()} CPU cores, load average {load_before:.2f} before / {os.getloadavg()[0]:.2f} "
+        "after (other processes compete for the same cores)"
     )
     wake = stats["wake_lateness_ms"]
     print(
