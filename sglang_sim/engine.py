@@ -175,7 +175,7 @@ class Req:
         self.on_finish = None
         self.meta_prefix = (
             f',"meta_info":{{"id":{self.rid_json},"prompt_tokens":{prompt_tokens},'
-            '"weight_version":"default","total_retractions":0,"cached_tokens":0,"reasoning_tokens":0,'
+            '"weight_version":"default","num_retractions":0,"cached_tokens":0,"reasoning_tokens":0,'
         )
 
     # -- token production -------------------------------------------------------------
@@ -282,7 +282,7 @@ class Req:
                     "finish_reason": fin,
                     "prompt_tokens": self.prompt_tokens,
                     "weight_version": "default",
-                    "total_retractions": 0,
+                    "num_retractions": 0,
                     "completion_tokens": self.done,
                     "cached_tokens": 0,
                     "reasoning_tokens": 0,

@@ -102,18 +102,24 @@ def oom_traceback(
 
 
 def kv_no_memory_traceback(mem_fraction_static) -> str:
+    msg = "Not enough memory. Please try to increase --mem-fraction-static."
+    if mem_fraction_static is not None:
+        msg += f" Current value: mem_fraction_static={mem_fraction_static}"
     return (
         "Traceback (most recent call last):\n"
         + _SCHED_INIT
         + _frame("sglang/srt/model_executor/model_runner.py", 470, "initialize", "self.init_memory_pool(")
         + _frame(
             "sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
-            55,
+            212,
             "init_memory_pool",
-            "raise RuntimeError(",
+            "pool_config = self.kv_cache_configurator.configure(",
         )
-        + "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
-        f"Current value: mem_fraction_static={mem_fraction_static}"
+        + _frame("<string>", 14, "__init__", "")
+        + _frame(
+            "sglang/srt/model_executor/pool_configurator.py", 99, "__post_init__", "raise RuntimeError(msg)"
+        )
+        + f"RuntimeError: {msg}"
     )
 
 

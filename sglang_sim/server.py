@@ -292,13 +292,20 @@ class Sim:
         await asyncio.sleep(load_s)
         if plan.get("failure") == "oom_at_load":
             self._die_oom(ranks)
-        arch = (text_config(self.hf).get("architectures") or self.hf.get("architectures") or ["?"])[0]
-        dtype = text_config(self.hf).get("torch_dtype", "bfloat16")
+        arch = (self.hf.get("architectures") or text_config(self.hf).get("architectures") or ["?"])[0]
+        qc = self.hf.get("quantization_config") or text_config(self.hf).get("quantization_config") or {}
+        quant = f"quant={qc.get('quant_method', 'quantized')}, " if qc else ""
+        for field in ("bits", "quant_algo", "fmt"):
+            if field in qc:
+                quant += f"{field}={qc[field]}, "
+        kv_dtype = {"fp8_e4m3": "torch.float8_e4m3fn", "fp8_e5m2": "torch.float8_e5m2"}.get(
+            a.kv_cache_dtype or "auto", "torch.bfloat16"
+        )
         for r in ranks:
             w = float(r.get("weights_gib", plan.get("weights_gib_per_gpu", 0)))
             log.rank(
                 self.prefix(r),
-                f"Load weight end. elapsed={time.monotonic() - t0:.2f} s, type={arch}, dtype=torch.{dtype}, "
+                f"Load weight end. elapsed={time.monotonic() - t0:.2f} s, type={arch}, {quant}"
                 f"avail mem={free0 - w:.2f} GB, mem usage={w:.2f} GB.",
             )
         if plan.get("failure") == "kv_no_memory" or plan.get("verdict") == "oom":
@@ -318,11 +325,14 @@ class Sim:
             w = float(r.get("weights_gib", plan.get("weights_gib_per_gpu", 0)))
             p = self.prefix(r)
             if mla:
-                log.rank(p, f"KV Cache is allocated. #tokens: {kv_tokens}, KV size: {kv_gib:.2f} GB")
+                log.rank(
+                    p,
+                    f"KV Cache is allocated. dtype: {kv_dtype}, #tokens: {kv_tokens}, KV size: {kv_gib:.2f} GB",
+                )
             else:
                 log.rank(
                     p,
-                    f"KV Cache is allocated. #tokens: {kv_tokens}, K size: {kv_gib / 2:.2f} GB, "
+                    f"KV Cache is allocated. dtype: {kv_dtype}, #tokens: {kv_tokens}, K size: {kv_gib / 2:.2f} GB, "
                     f"V size: {kv_gib / 2:.2f} GB",
                 )
             log.rank(p, f"Memory pool end. avail mem={free0 - w - kv_gib:.2f} GB")
@@ -572,6 +582,10 @@ class Sim:
 
     # -- handlers -------------------------------------------------------------------------
     def h_health(self, conn: Conn, _data) -> None:
+        if self.status == "Draining":
+            self.log.main("Health check request received during shutdown. Returning 503.")
+            conn.respond(503, b"")
+            return
         if self.status != "Up":
             conn.respond(503, b"")
             return
@@ -602,9 +616,14 @@ class Sim:
                 if not conn.closed:
                     conn.respond(200, b"")
                 return
+        now_loop, now_wall = asyncio.get_running_loop().time(), time.time()
+
+        def hms(t_loop: float) -> str:
+            return time.strftime("%H:%M:%S", time.localtime(now_wall - (now_loop - t_loop)))
+
         self.log.main(
             f"Health check failed. Server couldn't get a response from detokenizer for last "
-            f"{int(timeout)} seconds. tic start time: {tic:.2f} last_heartbeat time: {self.last_output:.2f}"
+            f"{timeout:g} seconds. tic start time: {hms(tic)}. last_heartbeat time: {hms(self.last_output)}"
         )
         conn.respond(503, b"")
 

@@ -100,7 +100,7 @@ def test_startup_port_closed_while_loading_then_503_then_200():
             "server_args=ServerArgs(",
             "Load weight begin. avail mem=",
             "Load weight end.",
-            "KV Cache is allocated. #tokens:",
+            "KV Cache is allocated. dtype: torch.bfloat16, #tokens:",
             "max_total_num_tokens=",
             "Uvicorn running on",
             "The server is fired up and ready to roll!",
@@ -108,7 +108,7 @@ def test_startup_port_closed_while_loading_then_503_then_200():
         positions = [text.index(x) for x in order]
         assert positions == sorted(positions)
         plan = kimi_plan(tp=8)
-        assert f"KV Cache is allocated. #tokens: {plan['kv_tokens']}," in text
+        assert f"#tokens: {plan['kv_tokens']}, KV size:" in text
         assert f"max_total_num_tokens={plan['kv_tokens']}," in text
         w = plan["ranks"][0]["weights_gib"]
         assert f"mem usage={w:.2f} GB." in text
