@@ -123,39 +123,64 @@ def kv_no_memory_traceback(mem_fraction_static) -> str:
     )
 
 
-def zero_division_traceback() -> str:
-    return (
+def zero_division_tracebacks(n_ranks: int) -> list[str]:
+    """ep > tp on SGLang 0.5.23: every scheduler child dies deriving its MoE ranks (before any
+    rank log line), then the main process reports the dead rank and exits 1."""
+    mp = f"/usr/lib/{_PY}/multiprocessing/process.py"
+    child = (
         "Traceback (most recent call last):\n"
-        '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
-        '  File "<frozen runpy>", line 88, in _run_code\n'
-        + _frame("sglang/launch_server.py", 32, "<module>", "run_server(server_args)")
-        + _frame("sglang/launch_server.py", 25, "run_server", "launch_server(server_args)")
+        f'  File "{mp}", line 314, in _bootstrap\n    self.run()\n'
+        f'  File "{mp}", line 108, in run\n    self._target(*self._args, **self._kwargs)\n'
+        + _frame("sglang/srt/managers/scheduler.py", 6327, "run_scheduler_process", "publish(")
         + _frame(
-            "sglang/srt/entrypoints/http_server.py",
-            2151,
-            "launch_server",
-            "tokenizer_manager, template_manager, scheduler_info, port_args = _launch_subprocesses(",
+            "sglang/srt/runtime_context.py",
+            1515,
+            "publish",
+            "return _configure_context(_CONTEXT, server_args, role=role, ranks=ranks)",
         )
         + _frame(
-            "sglang/srt/entrypoints/engine.py",
-            1093,
-            "_launch_subprocesses",
-            "scheduler_procs = _launch_scheduler_processes(",
+            "sglang/srt/runtime_context.py", 1575, "_configure_context", "placement = derive_spawn_ranks("
         )
         + _frame(
-            "sglang/srt/entrypoints/engine.py",
-            1003,
-            "_launch_scheduler_processes",
-            "_compute_parallelism_ranks(server_args, tp_rank)",
-        )
-        + _frame(
-            "sglang/srt/entrypoints/engine.py",
-            958,
-            "_compute_parallelism_ranks",
-            "moe_ep_rank = tp_rank // (server_args.tp_size // server_args.ep_size)",
+            "sglang/srt/runtime_context.py",
+            131,
+            "derive_spawn_ranks",
+            "// (tp_size // moe_dp_size // moe_ep_size)",
         )
         + "ZeroDivisionError: integer division or modulo by zero"
     )
+    out = [f"Process SpawnProcess-{i + 1}:\n{child}" for i in range(max(1, n_ranks))]
+    out.append(
+        "Traceback (most recent call last):\n"
+        '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
+        '  File "<frozen runpy>", line 88, in _run_code\n'
+        + _frame("sglang/launch_server.py", 84, "<module>", "run_server(server_args)")
+        + _frame("sglang/launch_server.py", 67, "run_server", "launch_server(server_args)")
+        + _frame(
+            "sglang/srt/entrypoints/http_server.py", 3156, "launch_server", ") = Engine._launch_subprocesses("
+        )
+        + _frame(
+            "sglang/srt/entrypoints/engine.py",
+            1236,
+            "_launch_subprocesses",
+            "scheduler_init_result.wait_for_ready()",
+        )
+        + _frame(
+            "sglang/srt/entrypoints/engine.py",
+            995,
+            "wait_for_ready",
+            "infos = _wait_for_scheduler_ready(scheduler_pipe_readers, scheduler_procs)",
+        )
+        + _frame(
+            "sglang/srt/entrypoints/engine.py",
+            2029,
+            "_wait_for_scheduler_ready",
+            "raise _scheduler_died_error(i, scheduler_procs[i])",
+        )
+        + "RuntimeError: Rank 0 scheduler died during initialization (exit code: 1). If exit code is -9 "
+        "(SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check."
+    )
+    return out
 
 
 def assertion_traceback(reason: str) -> str:
@@ -163,7 +188,7 @@ def assertion_traceback(reason: str) -> str:
         "Traceback (most recent call last):\n"
         '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
         '  File "<frozen runpy>", line 88, in _run_code\n'
-        + _frame("sglang/launch_server.py", 31, "<module>", "server_args = prepare_server_args(sys.argv[1:])")
+        + _frame("sglang/launch_server.py", 79, "<module>", "server_args = prepare_server_args(sys.argv[1:])")
         + _frame(
             "sglang/srt/server_args.py",
             6230,

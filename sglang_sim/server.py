@@ -265,7 +265,10 @@ class Sim:
         if plan.get("failure") == "invalid":
             reasons = plan.get("reasons") or ["invalid layout"]
             if a.ep_size > a.tp_size:
-                log.raw(failures.zero_division_traceback())
+                for text in failures.zero_division_tracebacks(
+                    max(1, a.tp_size * a.pp_size // max(1, a.nnodes))
+                ):
+                    log.raw(text)
             else:
                 log.raw(failures.assertion_traceback(reasons[0]))
             sys.exit(1)
