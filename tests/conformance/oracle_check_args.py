@@ -6,7 +6,8 @@ CASES.json: [{"id": str, "argv": [flags of sglang.launch_server, without the lau
 RESULTS.json: {"sglang_version": str, "import_s": float, "warm_up_s": float,
                "results": {id: {"verdict": "accepted" | "argparse_error" | "rejected",
                                 "exit_code": int | None, "error_type": str | None,
-                                "message": str, "resolved": {...} | None, "seconds": float}}}
+                                "message": str, "resolved": {...} | None, "widths": {...} | None,
+                                "deprecations": [str], "seconds": float}}}
 
 FLAGS.json (optional): what ci/dump_sglang_flags.py prints, made in the same process (one
 import of ServerArgs for both jobs).
@@ -29,7 +30,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -95,7 +98,36 @@ def _widths(args) -> dict | None:
     return out
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class _Deprecations(logging.Handler):
+    """SGLang's own deprecation warnings (e.g. 0.5.23: '--enable-dp-attention' is deprecated ...)."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        msg = _ANSI.sub("", record.getMessage()).strip()
+        if "deprecat" in msg.lower() and msg not in self.messages:
+            self.messages.append(msg)
+
+
 def _judge(argv: list[str]) -> dict:
+    handler = _Deprecations()
+    # prepare_server_args re-configures the root logger (basicConfig(force=True)); a handler on
+    # the "sglang" logger survives that and sees every sglang.* record on its way up.
+    logging.getLogger("sglang").addHandler(handler)
+    try:
+        out = _judge_argv(argv)
+    finally:
+        logging.getLogger("sglang").removeHandler(handler)
+    out["deprecations"] = handler.messages
+    return out
+
+
+def _judge_argv(argv: list[str]) -> dict:
     from sglang.srt.server_args import prepare_server_args
 
     err = io.StringIO()
@@ -176,6 +208,7 @@ def _run_forked(argv: list[str]) -> dict:
         out = json.loads(data)
     out.setdefault("resolved", None)
     out.setdefault("widths", None)
+    out.setdefault("deprecations", [])
     out["seconds"] = round(time.monotonic() - t0, 3)
     return out
 
