@@ -5,7 +5,9 @@ whole running batch, plus the KV cache of every running request, plus it waits f
 step's collectives. With B requests running and pp pipeline stages (micro-batches of
 m = ceil(B / pp) requests on each stage):
 
-    touched   = 1 - (1 - top_k / n_experts) ** m       expected share of experts the batch routes to
+    f         = 1 - (1 - top_k / n_experts) ** m       chance that an expert gets a token of the batch
+    touched   = f without EP; with ep groups of experts_per_gpu experts the busiest GPU's share,
+                E[max over ep groups of Binomial(experts_per_gpu, f)] / experts_per_gpu
     bytes     = dense + experts * touched + kv_bytes_per_token_layer * layers * kv_tokens_in_use / pp
     step      = sum over stages of t_stage + (pp - 1) * p2p_latency + overhead
 
@@ -59,12 +61,43 @@ class CostModel:
     top_k: int
     kv_bytes_per_token_layer: float
     bandwidth_bytes_s: float
+    experts_per_gpu: int = 0  # local experts on one GPU (n_experts // ep); 0 = not MoE
     efficiency: float = 0.7
     collective_latency_s: float = 60e-6
     p2p_latency_s: float = 20e-6
     overhead_s: float = 0.3e-3
     prefill_per_token_s: float = 0.15e-3
     fixed_step_s: float | None = None
+
+    def __post_init__(self):
+        self._imbalance: dict[int, float] = {}
+
+    def expert_share(self, micro: int) -> float:
+        """Share of a GPU's expert bytes the busiest GPU reads for a micro-batch of `micro` tokens.
+
+        Every expert is routed to with probability f = 1 - (1 - top_k / n_experts) ** micro. With
+        ep > 1 the experts are split into groups of `experts_per_gpu`; the step waits for the group
+        that got the most: E[max over groups of Binomial(experts_per_gpu, f)] / experts_per_gpu.
+        (EP8 at batch 1: 2.6 experts on the busiest GPU instead of the mean 1.)
+        """
+        if not (self.n_experts and self.top_k):
+            return 0.0
+        if micro in self._imbalance:
+            return self._imbalance[micro]
+        f = 1.0 - (1.0 - min(1.0, self.top_k / self.n_experts)) ** micro
+        local = self.experts_per_gpu or self.n_experts
+        groups = max(1, self.n_experts // local)
+        share = f
+        if groups > 1 and 0.0 < f < 1.0:
+            # E[max] = sum_x P(max > x) = sum_x (1 - F(x) ** groups), F the binomial CDF
+            cdf, pmf, e_max = 0.0, (1.0 - f) ** local, 0.0
+            for x in range(local):
+                cdf += pmf
+                e_max += 1.0 - min(1.0, cdf) ** groups
+                pmf *= (local - x) / (x + 1) * f / (1.0 - f)
+            share = e_max / local
+        self._imbalance[micro] = share
+        return share
 
     @property
     def pp(self) -> int:
@@ -78,9 +111,7 @@ class CostModel:
             return 0.0
         pp = self.pp
         micro = math.ceil(batch / pp)
-        touched = 0.0
-        if self.n_experts and self.top_k:
-            touched = 1.0 - (1.0 - min(1.0, self.top_k / self.n_experts)) ** micro
+        touched = self.expert_share(micro)
         kv_tokens = kv_tokens_in_use / pp
         rate = self.bandwidth_bytes_s * self.efficiency
         t = 0.0
@@ -102,6 +133,7 @@ class CostModel:
             "stages": [vars(s) for s in self.stages],
             "n_experts": self.n_experts,
             "top_k": self.top_k,
+            "experts_per_gpu": self.experts_per_gpu,
             "bandwidth_gbs": self.bandwidth_bytes_s / 1e9,
             "efficiency": self.efficiency,
             "collective_latency_us": self.collective_latency_s * 1e6,
@@ -134,6 +166,7 @@ def from_plan(layout_plan: dict, hardware: dict) -> CostModel:
         stages=stages,
         n_experts=int(cost.get("n_experts") or 0),
         top_k=int(cost.get("top_k") or 0),
+        experts_per_gpu=int(cost.get("experts_per_gpu") or 0),
         kv_bytes_per_token_layer=float(cost.get("kv_bytes_per_token_layer") or 0),
         bandwidth_bytes_s=bw_gbs * 1e9,
         collective_latency_s=COLLECTIVE_LATENCY_S.get(interconnect, COLLECTIVE_LATENCY_S["pcie"]),
