@@ -35,7 +35,7 @@ $(STAMP): requirements.txt ci/collections.sh
 
 venv: $(STAMP) ## create or refresh .venv/ from the pins
 
-$(ORACLE_STAMP): requirements-sglang-oracle.txt group_vars/all/engine.yml ci/oracle.sh
+$(ORACLE_STAMP): requirements-sglang-oracle.txt group_vars/all/engine.yml ci/oracle.sh ci/shims/torchvision/__init__.py
 	ci/oracle.sh $(ORACLE) $(SGLANG_VERSION)
 	touch $@
 
@@ -74,7 +74,8 @@ molecule: $(STAMP) ## Molecule scenarios on real systemd containers (podman): ma
 	ci/molecule.sh $(S)
 
 flags: $(ORACLE_STAMP) ## regenerate the pinned SGLang's flag list from its real parser
-	$(ORACLE_PY) ci/dump_sglang_flags.py > module_utils/sglang_layouts/data/sglang_flags.json
+	$(ORACLE_PY) ci/dump_sglang_flags.py > module_utils/sglang_layouts/data/sglang_flags.json.tmp
+	mv module_utils/sglang_layouts/data/sglang_flags.json.tmp module_utils/sglang_layouts/data/sglang_flags.json
 
 bench-plan: $(STAMP) ## time plan.yml over 10 layouts
 	$(PY) benchmarks/bench_plan.py
