@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 import zlib
 from collections import deque
@@ -339,18 +340,25 @@ def eos_position(seed: int, max_new: int, ignore_eos: bool, mean: int = 256) -> 
     return n if n <= max_new else None
 
 
-async def sleep_until(loop, when: float) -> None:
-    """Sleep until loop time `when`: asyncio for the bulk, a short blocking sleep for the last ms.
+SPIN_S = float(os.environ.get("SGLANG_SIM_SPIN_US") or 300) * 1e-6
 
-    epoll rounds timeouts up to whole milliseconds; the final sub-millisecond wait is done
-    with time.sleep (nanosleep, tens of microseconds of slack) so tokens leave on time.
+
+async def sleep_until(loop, when: float) -> None:
+    """Sleep until loop time `when`: asyncio for the bulk, then a short blocking sleep, then a spin.
+
+    epoll rounds timeouts up to whole milliseconds, so asyncio alone wakes up to 1 ms late;
+    time.sleep (nanosleep) is precise to tens of microseconds on an idle host; the last
+    SGLANG_SIM_SPIN_US (300) are spun so a loaded host does not add a second wake-up delay.
     """
     d = when - loop.time()
     if d > 0.0015:
         await asyncio.sleep(d - 0.0012)
         d = when - loop.time()
-    if d > 0:
-        time.sleep(d)
+    if d > SPIN_S:
+        time.sleep(d - SPIN_S)
+    clock = loop.time
+    while clock() < when:
+        pass
 
 
 class Scheduler:

@@ -127,6 +127,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not args.model_path:
         parser.error("the following arguments are required: --model-path/--model")
+    # SGLang 0.5.23 spells dp-attention also as --attn-dp-size N (--enable-dp-attention is deprecated).
+    attn_dp = getattr(args, "attn_dp_size", None)
+    if attn_dp not in (None, "") and int(attn_dp) > 1 and not args.enable_dp_attention:
+        args.dp_size, args.enable_dp_attention = int(attn_dp), True
     if args.sim_fault is None:
         args.sim_fault = os.environ.get("SGLANG_SIM_FAULT") or None
     if args.sim_schedule_log is None:

@@ -27,13 +27,14 @@ def hardware_from_env(env=None) -> dict:
 
 
 def layout_from_args(args) -> dict:
+    dp, dp_attention = args.dp_size, bool(args.enable_dp_attention)
     return {
         "name": "sim",
         "tp": args.tp_size,
         "pp": args.pp_size,
         "ep": args.ep_size,
-        "dp": args.dp_size,
-        "enable_dp_attention": bool(args.enable_dp_attention),
+        "dp": dp,
+        "enable_dp_attention": dp_attention,
         "nnodes": args.nnodes,
     }
 

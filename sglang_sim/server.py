@@ -322,36 +322,41 @@ class Sim:
             failures.kill_self()
         kv_tokens = int(plan.get("kv_tokens") or 0)
         kv_gib = kv_tokens * float(plan.get("kv_bytes_per_token") or 0) / GIB
+
+        def kv_of(r: dict) -> float:  # a PP stage holds the KV of its own layers only
+            return kv_tokens * float(r.get("kv_bytes_per_token") or plan.get("kv_bytes_per_token") or 0) / GIB
+
+        self.kv_of = kv_of
         mla = "kv_lora_rank" in text_config(self.hf)
         graph_gib = _env_float("SGLANG_SIM_GRAPH_GIB", 0.4)
         for r in ranks:
-            w = float(r.get("weights_gib", plan.get("weights_gib_per_gpu", 0)))
+            w, kv = float(r.get("weights_gib", plan.get("weights_gib_per_gpu", 0))), kv_of(r)
             p = self.prefix(r)
             if mla:
                 log.rank(
                     p,
-                    f"KV Cache is allocated. dtype: {kv_dtype}, #tokens: {kv_tokens}, KV size: {kv_gib:.2f} GB",
+                    f"KV Cache is allocated. dtype: {kv_dtype}, #tokens: {kv_tokens}, KV size: {kv:.2f} GB",
                 )
             else:
                 log.rank(
                     p,
-                    f"KV Cache is allocated. dtype: {kv_dtype}, #tokens: {kv_tokens}, K size: {kv_gib / 2:.2f} GB, "
-                    f"V size: {kv_gib / 2:.2f} GB",
+                    f"KV Cache is allocated. dtype: {kv_dtype}, #tokens: {kv_tokens}, K size: {kv / 2:.2f} GB, "
+                    f"V size: {kv / 2:.2f} GB",
                 )
-            log.rank(p, f"Memory pool end. avail mem={free0 - w - kv_gib:.2f} GB")
+            log.rank(p, f"Memory pool end. avail mem={free0 - w - kv:.2f} GB")
         for r in ranks:
-            w = float(r.get("weights_gib", plan.get("weights_gib_per_gpu", 0)))
+            w, kv = float(r.get("weights_gib", plan.get("weights_gib_per_gpu", 0))), kv_of(r)
             log.rank(
                 self.prefix(r),
                 "Capture cuda graph begin. This can take up to several minutes. "
-                f"avail mem={free0 - w - kv_gib:.2f} GB",
+                f"avail mem={free0 - w - kv:.2f} GB",
             )
         for r in ranks:
-            w = float(r.get("weights_gib", plan.get("weights_gib_per_gpu", 0)))
+            w, kv = float(r.get("weights_gib", plan.get("weights_gib_per_gpu", 0))), kv_of(r)
             log.rank(
                 self.prefix(r),
                 f"Capture cuda graph end. Time elapsed: 0.50 s. mem usage={graph_gib:.2f} GB. "
-                f"avail mem={free0 - w - kv_gib - graph_gib:.2f} GB.",
+                f"avail mem={free0 - w - kv - graph_gib:.2f} GB.",
             )
         self.kv_tokens = kv_tokens
         self.context_len = int(
@@ -367,6 +372,7 @@ class Sim:
             self.max_running = min(max(1, kv_tokens // 2), max_req_pool)
         self.cost = from_plan(plan, self.hardware)
         w0 = float(ranks[0].get("weights_gib", 0)) if ranks else 0.0
+        kv_gib = kv_of(ranks[0]) if ranks else kv_gib
         log.rank(
             self.prefix(ranks[0]) if ranks else " TP0",
             f"max_total_num_tokens={kv_tokens}, chunked_prefill_size={self.chunked_prefill_size}, "
@@ -671,7 +677,7 @@ class Sim:
                 {
                     "memory_usage": {
                         "weight": round(float(r.get("weights_gib", 0)), 2),
-                        "kvcache": round(self.kv_gib, 2),
+                        "kvcache": round(self.kv_of(r), 2),
                         "token_capacity": self.kv_tokens,
                         "graph": round(self.graph_gib, 2),
                     },
@@ -690,7 +696,7 @@ class Sim:
                     "rank": r.get("rank"),
                     "gpu": r.get("gpu"),
                     "weight": round(float(r.get("weights_gib", 0)), 2),
-                    "kvcache": round(self.kv_gib, 2),
+                    "kvcache": round(self.kv_of(r), 2),
                     "graph": round(self.graph_gib, 2),
                     "token_capacity": self.kv_tokens,
                 }

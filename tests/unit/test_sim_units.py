@@ -177,3 +177,8 @@ def test_expert_parallel_waits_for_the_busiest_gpu():
     assert tp8.expert_share(1) * 384 == pytest.approx(8.0)
     # a large batch touches nearly every expert everywhere: the imbalance fades
     assert ep8.expert_share(512) == pytest.approx(tp8.expert_share(512), rel=0.01)
+
+
+def test_attn_dp_size_means_dp_attention():
+    a = flags.parse_args(["--model-path", "/m", "--tp-size", "8", "--attn-dp-size", "2"])
+    assert (a.dp_size, a.enable_dp_attention) == (2, True)
