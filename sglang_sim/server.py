@@ -80,6 +80,7 @@ class Conn(asyncio.Protocol):
         self.keep_alive = True
         self.req: Req | None = None
         self.transport = None
+        self.continued = False  # "100 Continue" sent for the request being read
 
     def connection_made(self, transport):
         self.transport = transport
@@ -122,7 +123,11 @@ class Conn(asyncio.Protocol):
                 self._bad(413)
                 return
             if len(self.buf) < end + 4 + n:
+                if headers.get("expect", "").lower() == "100-continue" and not self.continued:
+                    self.continued = True
+                    self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                 return
+            self.continued = False
             body = bytes(self.buf[end + 4 : end + 4 + n])
             del self.buf[: end + 4 + n]
             conn_hdr = headers.get("connection", "").lower()

@@ -333,3 +333,26 @@ def test_sigterm_drains_then_kills_itself():
         assert rc == -9
         assert "SIGTERM received. signum=15" in s.text and "Draining requests and shutting down..." in s.text
         assert json.loads(got["events"][-2][1])["meta_info"]["completion_tokens"] == 25
+
+
+def test_keep_alive_pipelining_and_expect_continue(sim):
+    body = json.dumps(
+        {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 2, "ignore_eos": True}}
+    ).encode()
+    req = b"POST /generate HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n%b" % (len(body), body)
+    with socket.create_connection(("127.0.0.1", sim.port), timeout=10) as c:
+        c.sendall(req + req + b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n")  # three requests, one connection
+        data = b""
+        while data.count(b"HTTP/1.1 200 OK") < 3 or not data.endswith(b"}]}"):
+            chunk = c.recv(65536)
+            assert chunk, data
+            data += chunk
+        assert data.count(b'"completion_tokens": 2') == 2
+        head = (
+            b"POST /generate HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: %d\r\n\r\n"
+            % len(body)
+        )
+        c.sendall(head)
+        assert c.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        c.sendall(body)
+        assert b"HTTP/1.1 200 OK" in c.recv(65536)
