@@ -409,6 +409,21 @@ class Scheduler:
         return new
 
     async def run(self) -> None:
+        """The scheduler loop; an exception in it ends the process as a scheduler exception does."""
+        try:
+            await self._run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            import traceback
+
+            self.sim.log.rank(self.prefix, "Scheduler hit an exception: " + traceback.format_exc().rstrip())
+            self.sim.log.main("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+            from .failures import kill_self
+
+            kill_self()
+
+    async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         sim = self.sim
         t = loop.time()
