@@ -68,5 +68,23 @@ def make_plan(args, hardware: dict):
     from sglang_layouts import planner
 
     spec = planner.load_model({"name": model_name(args), "path": args.model_path})
-    layout_plan = planner.plan_layout(layout_from_args(args), spec, hardware, serving_from_args(args))
+    layout_plan = planner.plan_layout(
+        layout_from_args(args), spec, hardware, serving_from_args(args), cluster_from_args(args, planner)
+    )
     return planner, spec, layout_plan
+
+
+def cluster_from_args(args, planner) -> dict | None:
+    """The hosts of a multi-node launch as the planner wants them: node0..node{n-1}, this one node{rank}."""
+    normalize = getattr(planner, "normalize_cluster", None)
+    if normalize is None or args.nnodes <= 1:
+        return None
+    host, _, port = (args.dist_init_addr or "127.0.0.1:50000").rpartition(":")
+    hosts = [f"node{i}" for i in range(args.nnodes)]
+    cluster = {
+        "group": "sim",
+        "hosts": hosts,
+        "addresses": [host or "127.0.0.1"],
+        "dist_init_port": port or 50000,
+    }
+    return normalize(cluster, f"node{args.node_rank}")

@@ -378,12 +378,13 @@ class Sim:
         self.cost = from_plan(plan, self.hardware)
         w0 = float(ranks[0].get("weights_gib", 0)) if ranks else 0.0
         kv_gib = kv_of(ranks[0]) if ranks else kv_gib
-        log.rank(
-            self.prefix(ranks[0]) if ranks else " TP0",
-            f"max_total_num_tokens={kv_tokens}, chunked_prefill_size={self.chunked_prefill_size}, "
-            f"max_prefill_tokens={self.max_prefill_tokens}, max_running_requests={self.max_running}, "
-            f"context_len={self.context_len}, available_gpu_mem={free0 - w0 - kv_gib - graph_gib:.2f} GB",
-        )
+        if a.node_rank == 0:  # global TP0 only
+            log.rank(
+                self.prefix(ranks[0]) if ranks else " TP0",
+                f"max_total_num_tokens={kv_tokens}, chunked_prefill_size={self.chunked_prefill_size}, "
+                f"max_prefill_tokens={self.max_prefill_tokens}, max_running_requests={self.max_running}, "
+                f"context_len={self.context_len}, available_gpu_mem={free0 - w0 - kv_gib - graph_gib:.2f} GB",
+            )
         self.graph_gib = graph_gib
         self.kv_gib = kv_gib
         for d in range(dp):
