@@ -328,6 +328,8 @@ def test_sigterm_drains_then_kills_itself():
         t.start()
         time.sleep(0.15)
         s.proc.terminate()
+        s.wait_for_line("Draining requests and shutting down...")
+        assert get(s.url("/health"))[0] == 503  # draining
         rc = s.wait_exit()
         t.join()
         assert rc == -9

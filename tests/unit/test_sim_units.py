@@ -182,3 +182,14 @@ def test_expert_parallel_waits_for_the_busiest_gpu():
 def test_attn_dp_size_means_dp_attention():
     a = flags.parse_args(["--model-path", "/m", "--tp-size", "8", "--attn-dp-size", "2"])
     assert (a.dp_size, a.enable_dp_attention) == (2, True)
+
+
+def test_seed_flags_without_the_dump(monkeypatch, capsys):
+    monkeypatch.setattr(flags, "flags_file", lambda: None)
+    a = flags.parse_args(["--model-path", "/m", "--tp", "4", "--ep-size", "2", "--grammar-backend", "none"])
+    assert (a.tp_size, a.ep_size, a.grammar_backend) == (4, 2, "none")
+    with pytest.raises(SystemExit) as e:
+        flags.parse_args(
+            ["--model-path", "/m", "--cuda-graph-max-bs", "8"]
+        )  # real SGLang flag, not a seed one
+    assert e.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err
