@@ -493,11 +493,13 @@ class Sim:
         return s
 
     def finish(self, r: Req, t_end: float) -> None:
-        self.finished_count += 1
-        self.prompt_tokens_total += r.prompt_tokens
         if self.schedule_log is not None:
             self.schedule_log.write(json.dumps(r.schedule_record()) + "\n")
-        if r.kind != "health" and r.conn is not None:
+        if r.kind == "health":
+            return  # health probes count for nothing (SGLang: log_metrics=False), faults included
+        self.finished_count += 1
+        self.prompt_tokens_total += r.prompt_tokens
+        if r.conn is not None:
             if r.stream:
                 r.conn.end_stream()
             else:

@@ -134,12 +134,19 @@ def test_port_taken():
 
 
 def test_crash_after_n_requests():
-    with SimProcess(
-        ["--tp-size", "8"], env={"SGLANG_SIM_FAULT": "crash_after:2", "SGLANG_SIM_DECODE_STEP_MS": "2"}
-    ) as s:
+    env = {
+        "SGLANG_SIM_FAULT": "crash_after:2",
+        "SGLANG_SIM_DECODE_STEP_MS": "2",
+        "SGLANG_SIM_HEALTH_POLL_SECONDS": "0.05",
+    }
+    with SimProcess(["--tp-size", "8"], env=env) as s:
         s.wait_ready()
-        for _ in range(2):
-            assert generate(s.url("/generate"))["meta_info"]["completion_tokens"] == 3
+        with urllib.request.urlopen(s.url("/health"), timeout=5) as r:
+            assert r.status == 200  # a health probe is not a request that counts
+        assert generate(s.url("/generate"))["meta_info"]["completion_tokens"] == 3
+        time.sleep(0.1)
+        assert s.proc.poll() is None
+        assert generate(s.url("/generate"))["meta_info"]["completion_tokens"] == 3
         rc = s.wait_exit()
     assert rc == -9
     text = s.text
