@@ -229,6 +229,50 @@ CRASH_EXC = (
 )
 
 
+DEVICE_FRAMES = [
+    (
+        "sglang/srt/managers/scheduler.py",
+        6361,
+        "run_scheduler_process",
+        "scheduler = Scheduler(server_args, port_args)",
+    ),
+    ("sglang/srt/managers/scheduler.py", 368, "__init__", "self.init_model_worker()"),
+    ("sglang/srt/managers/scheduler.py", 561, "init_model_worker", "self.tp_worker = TpModelWorker("),
+    ("sglang/srt/managers/tp_worker.py", 246, "__init__", "self._model_runner = ModelRunner("),
+    ("sglang/srt/model_executor/model_runner.py", 352, "__init__", "self.init_torch_distributed()"),
+    (
+        "sglang/srt/model_executor/model_runner.py",
+        812,
+        "init_torch_distributed",
+        "torch.get_device_module(self.device).set_device(self.gpu_id)",
+    ),
+    ("torch/cuda/__init__.py", 567, "set_device", "torch._C._cuda_setDevice(device)"),
+]
+DEVICE_EXC = (
+    "torch.AcceleratorError: CUDA error: invalid device ordinal\n"
+    "GPU device may be out of range, do you have enough GPUs?\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+    "might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+)
+
+
+def split_traceback(reason: str) -> str:
+    """A layer whose shape does not split tp ways: SGLang's assert while the model is built."""
+    return (
+        "Traceback (most recent call last):\n"
+        + _SCHED_INIT
+        + _frame("sglang/srt/model_executor/model_runner.py", 445, "initialize", "self.load_model()")
+        + _frame("sglang/srt/model_executor/model_runner.py", 915, "load_model", "self.model = get_model(")
+        + _frame(
+            "sglang/srt/model_loader/loader.py", 262, "_initialize_model", "return model_class(**kwargs)"
+        )
+        + _frame("sglang/srt/layers/linear.py", 380, "__init__", "self.output_size_per_partition = divide(")
+        + _frame("sglang/srt/utils/common.py", 1210, "divide", "assert numerator % denominator == 0")
+        + f"AssertionError: {reason}"
+    )
+
+
 def kill_self() -> None:
     """kill_process_tree(os.getpid()): the main process dies by SIGKILL of itself."""
     sys.stderr.flush()

@@ -206,6 +206,7 @@ class Sim:
         self.hf = {}
         self.planner = self.spec = self.plan = None
         self.cost = None
+        self.invalid_mode = None  # "device" | "split": an invalid layout that dies inside a scheduler
         self._tasks: set = set()  # strong references to background tasks
         self.eos_mean = int(_env_float("SGLANG_SIM_EOS_MEAN", 256))
 
@@ -228,14 +229,16 @@ class Sim:
         )
 
     def my_ranks(self) -> list[dict]:
+        a = self.args
         ranks = self.plan.get("ranks") or [
             {
-                "rank": 0,
-                "tp_rank": 0,
-                "pp_rank": 0,
-                "gpu": 0,
-                "weights_gib": self.plan.get("weights_gib_per_gpu", 0),
+                "rank": i,
+                "tp_rank": i % a.tp_size,
+                "pp_rank": i // a.tp_size,
+                "gpu": i,
+                "weights_gib": self.plan.get("weights_gib_per_gpu") or 0,
             }
+            for i in range(max(1, a.tp_size * a.pp_size))
         ]
         nnodes = max(1, self.args.nnodes)
         if nnodes == 1:
@@ -268,15 +271,22 @@ class Sim:
             sys.exit(1)
         plan = self.plan
         if plan.get("failure") == "invalid":
-            reasons = plan.get("reasons") or ["invalid layout"]
+            reasons = [r.removeprefix("sim: ") for r in plan.get("reasons") or ["invalid layout"]]
+            self.plan["reasons"] = reasons
             if a.ep_size > a.tp_size:
                 for text in failures.zero_division_tracebacks(
                     max(1, a.tp_size * a.pp_size // max(1, a.nnodes))
                 ):
                     log.raw(text)
+                sys.exit(1)
+            text = " ".join(reasons)
+            if re.search(r"needs \d+ GPUs", text):
+                self.invalid_mode = "device"  # a rank's torch.cuda.set_device fails
+            elif re.search(r"do(?:es)? not (?:split|divide)", text):
+                self.invalid_mode = "split"  # a layer's shape assert fails while the model is built
             else:
                 log.raw(failures.assertion_traceback(reasons[0]))
-            sys.exit(1)
+                sys.exit(1)
         asyncio.run(self.main_async())
 
     async def main_async(self) -> None:
@@ -293,8 +303,22 @@ class Sim:
             log.rank(
                 self.prefix(r), f"Init torch distributed ends. elapsed=0.42 s, mem usage={cap - free0:.2f} GB"
             )
+        if self.invalid_mode == "device":
+            bad = next((r for r in ranks if r["gpu"] >= self.hardware["gpu_count"]), ranks[-1])
+            log.rank(
+                self.prefix(bad),
+                "Scheduler hit an exception: "
+                + failures.runtime_traceback(failures.DEVICE_FRAMES, failures.DEVICE_EXC),
+            )
+            log.main("Received sigquit from a child process. It usually means the child failed.")
+            failures.kill_self()
         for r in ranks:
             log.rank(self.prefix(r), f"Load weight begin. avail mem={free0:.2f} GB")
+        if self.invalid_mode == "split":
+            reason = (self.plan.get("reasons") or ["shape does not split"])[0]
+            log.rank(self.prefix(ranks[0]), "Scheduler hit an exception: " + failures.split_traceback(reason))
+            log.main("Received sigquit from a child process. It usually means the child failed.")
+            failures.kill_self()
         load_s = self.faults.get("slow_start", _env_float("SGLANG_SIM_LOAD_SECONDS", 1.5))
         t0 = time.monotonic()
         await asyncio.sleep(load_s)

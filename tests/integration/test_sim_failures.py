@@ -196,3 +196,25 @@ def test_slow_start_keeps_the_port_closed():
         t1, _ = s.wait_for_line("Load weight end")
         assert t1 - t0 >= 1.4
         s.wait_ready()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--tp-size", "16"], "torch.AcceleratorError: CUDA error: invalid device ordinal"),
+        (["--tp-size", "6"], "AssertionError: 64 attention heads do not split 6 ways"),
+    ],
+)
+def test_invalid_layouts_die_in_a_scheduler(args, needle):
+    with SimProcess(args) as s:
+        rc = s.wait_exit()
+    assert rc == -9
+    assert "Scheduler hit an exception: Traceback" in s.text and needle in s.text
+    assert "Uvicorn running" not in s.text
+
+
+def test_invalid_server_args_fail_in_the_main_process():
+    with SimProcess(["--tp-size", "8", "--dp-size", "3", "--enable-dp-attention"]) as s:
+        rc = s.wait_exit()
+    assert rc == 1
+    assert s.text.rstrip().splitlines()[-1].startswith("AssertionError: dp-attention needs tp % dp == 0")
