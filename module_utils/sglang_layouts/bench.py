@@ -19,6 +19,7 @@ import asyncio
 import json
 import math
 import random
+import socket
 import ssl
 import time
 import urllib.error
@@ -193,19 +194,17 @@ def http_json(url, method="GET", body=None, api_key=None, timeout=30.0):
 # ---------------------------------------------------------------- streaming client
 
 
-class _Stream(asyncio.Protocol):
-    """One POST with a streamed (SSE) answer; records (arrival time, data payload) per event."""
+class _Response:
+    """Parser of one HTTP/1.1 response whose body is an SSE stream; records (arrival, payload) per event."""
 
-    def __init__(self, request: bytes, done: asyncio.Future):
-        self.request = request
+    def __init__(self, done):
         self.done = done
-        self.transport = None
         self.head = b""
         self.status = None
         self.headers = {}
         self.in_body = False
         self.chunked = False
-        self.remaining = None  # Content-Length left, or None
+        self.remaining = None  # Content-Length left, or None (read to EOF)
         self.chunk_left = 0  # bytes of the current chunk (plus its CRLF) still to come
         self.raw = b""  # undecoded chunked framing
         self.sse = b""  # decoded body not yet split into events
@@ -213,16 +212,13 @@ class _Stream(asyncio.Protocol):
         self.events = []  # [(t, payload bytes)]
         self.t_done = None
         self.body = b""
+        self.complete = False  # the body ended where HTTP framing says it ends
+        self.keep_alive = True
 
-    # asyncio.Protocol
-    def connection_made(self, transport):
-        self.transport = transport
-        transport.write(self.request)
-
-    def data_received(self, data):
-        t = time.perf_counter()
+    def feed(self, data, t):
         if not self.in_body:
             self.head += data
+            self.head = self.head.lstrip(b"\r\n")
             end = self.head.find(b"\r\n\r\n")
             if end < 0:
                 return
@@ -230,17 +226,15 @@ class _Stream(asyncio.Protocol):
             data = self.head[end + 4 :]
             self.head = b""
             self.in_body = True
+            if self.complete:
+                return
         if data:
             self._body(data, t)
 
-    def eof_received(self):
-        self._finish(None)
-        return False
+    def finish(self, exc):
+        if not self.done.done():
+            self.done.set_result(exc)
 
-    def connection_lost(self, exc):
-        self._finish(exc)
-
-    # parsing
     def _parse_head(self, head):
         lines = head.split("\r\n")
         parts = lines[0].split(" ", 2)
@@ -248,16 +242,26 @@ class _Stream(asyncio.Protocol):
         for line in lines[1:]:
             k, _, v = line.partition(":")
             self.headers[k.strip().lower()] = v.strip()
+        self.keep_alive = (
+            lines[0].startswith("HTTP/1.1") and self.headers.get("connection", "").lower() != "close"
+        )
         self.chunked = "chunked" in self.headers.get("transfer-encoding", "").lower()
-        if not self.chunked and "content-length" in self.headers:
-            self.remaining = int(self.headers["content-length"])
-            if self.remaining == 0:
-                self._finish(None)
+        if not self.chunked:
+            if "content-length" in self.headers:
+                self.remaining = int(self.headers["content-length"])
+                if self.remaining == 0:
+                    self._end()
+            else:
+                self.keep_alive = False
+
+    def _end(self):
+        self.complete = True
+        self.finish(None)
 
     def _body(self, data, t):
         if self.chunked:
             self.raw += data
-            while self.raw:
+            while self.raw and not self.complete:
                 if self.chunk_left == 0:
                     nl = self.raw.find(b"\r\n")
                     if nl < 0:
@@ -265,7 +269,7 @@ class _Stream(asyncio.Protocol):
                     size = int(self.raw[:nl].split(b";", 1)[0] or b"0", 16)
                     self.raw = self.raw[nl + 2 :]
                     if size == 0:
-                        self._finish(None)
+                        self._end()  # a trailing CRLF (no trailers) is stripped by the next response
                         return
                     self.chunk_left = size + 2
                 take = self.raw[: self.chunk_left]
@@ -280,7 +284,7 @@ class _Stream(asyncio.Protocol):
                 self.remaining -= len(data)
             self._sse(data, t)
             if self.remaining == 0:
-                self._finish(None)
+                self._end()
 
     def _sse(self, data, t):
         if self.status != 200:
@@ -306,19 +310,42 @@ class _Stream(asyncio.Protocol):
                     payload = line[5:].strip()
                     if payload == b"[DONE]":
                         self.t_done = t
-                        self._finish(None)
-                        return
-                    self.events.append((t, payload))
+                    else:
+                        self.events.append((t, payload))
 
-    def _finish(self, exc):
-        if not self.done.done():
-            self.done.set_result(exc)
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.close()
+
+class _Conn(asyncio.Protocol):
+    """One persistent HTTP/1.1 connection; every byte is timestamped in data_received."""
+
+    def __init__(self, response=None):
+        self.transport = None
+        self.response = response  # set before the request leaves: the answer may come at once
+        self.closed = False
+        self.lost = None
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        t = time.perf_counter()
+        if self.response is not None:
+            self.response.feed(data, t)
+
+    def eof_received(self):
+        self.closed = True
+        if self.response is not None:
+            self.response.finish(None)
+        return False
+
+    def connection_lost(self, exc):
+        self.closed = True
+        self.lost = exc
+        if self.response is not None:
+            self.response.finish(exc)
 
 
 class Endpoint:
-    """Where the streamed requests go (parsed once)."""
+    """Where the streamed requests go (address resolved once)."""
 
     def __init__(self, url, api_key=None):
         parts = urlsplit(url)
@@ -326,9 +353,17 @@ class Endpoint:
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.ssl = _ssl_context(url)
         self.base = parts.path.rstrip("/")
-        netloc = self.host if parts.port is None else f"{self.host}:{self.port}"
-        self.host_header = netloc
+        self.host_header = self.host if parts.port is None else f"{self.host}:{self.port}"
         self.api_key = api_key
+        self.addrinfo = None
+
+    def resolve(self):
+        if self.addrinfo is None:
+            infos = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+            if not infos:
+                raise OSError(f"cannot resolve {self.host}")
+            self.addrinfo = infos[0]
+        return self.addrinfo
 
     def request_bytes(self, path, body: bytes) -> bytes:
         head = (
@@ -338,52 +373,144 @@ class Endpoint:
             "Content-Type: application/json\r\n"
             "Accept: text/event-stream\r\n"
             f"Content-Length: {len(body)}\r\n"
-            "Connection: close\r\n"
         )
         if self.api_key:
             head += f"Authorization: Bearer {self.api_key}\r\n"
         return (head + "\r\n").encode("latin-1") + body
 
 
-async def stream_request(endpoint: Endpoint, path, body: bytes, timeout):
-    """Send one streamed request; returns the raw outcome (timings and undecoded events)."""
-    loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    out = {"t_start": time.perf_counter(), "status": None, "events": [], "t_end": None, "error": None}
-    transport = None
-    try:
-        transport, proto = await asyncio.wait_for(
-            loop.create_connection(
-                lambda: _Stream(endpoint.request_bytes(path, body), done),
-                endpoint.host,
-                endpoint.port,
-                ssl=endpoint.ssl,
-            ),
-            timeout,
-        )
-        remaining = timeout - (time.perf_counter() - out["t_start"])
-        exc = await asyncio.wait_for(done, max(remaining, 0.001))
-    except asyncio.TimeoutError:
-        out["error"] = f"timeout after {timeout:g} s"
-        out["t_end"] = time.perf_counter()
-        if transport is not None:
-            transport.abort()
-            out["events"] = proto.events
-            out["status"] = proto.status
+class Client:
+    """One worker's connection: reused across its requests (keep-alive), reopened when the server closes it.
+
+    A new connection is opened with a non-blocking connect and the request is sent on the raw socket
+    at once, before the asyncio transport is set up, so no loop iteration sits between t_start and
+    the request leaving."""
+
+    def __init__(self, endpoint: Endpoint):
+        self.endpoint = endpoint
+        self.conn = None
+
+    def close(self):
+        if self.conn is not None and self.conn.transport is not None:
+            self.conn.transport.close()
+        self.conn = None
+
+    async def _open_and_send(self, request, response):
+        loop = asyncio.get_running_loop()
+        ep = self.endpoint
+        if ep.ssl is not None:
+            _, conn = await loop.create_connection(lambda: _Conn(response), ep.host, ep.port, ssl=ep.ssl)
+            conn.transport.write(request)
+            return conn
+        family, type_, proto, _, addr = ep.resolve()
+        sock = socket.socket(family, type_, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, addr)
+            try:
+                sent = sock.send(request)
+            except BlockingIOError:
+                sent = 0
+            _, conn = await loop.create_connection(lambda: _Conn(response), sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+        if sent < len(request):
+            conn.transport.write(request[sent:])
+        return conn
+
+    async def connect(self, timeout):
+        """Open the connection ahead of the first request (so a burst of requests pays no TCP set-up)."""
+        loop = asyncio.get_running_loop()
+        ep = self.endpoint
+        try:
+            if ep.ssl is not None:
+                _, self.conn = await asyncio.wait_for(
+                    loop.create_connection(_Conn, ep.host, ep.port, ssl=ep.ssl), timeout
+                )
+                return
+            family, type_, proto, _, addr = ep.resolve()
+            sock = socket.socket(family, type_, proto)
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                await asyncio.wait_for(loop.sock_connect(sock, addr), timeout)
+                _, self.conn = await loop.create_connection(_Conn, sock=sock)
+            except BaseException:
+                sock.close()
+                raise
+        except (OSError, asyncio.TimeoutError):
+            self.conn = None  # the first request will try again and report the error
+
+    async def request(self, path, body: bytes, timeout):
+        reused = self.conn is not None and not self.conn.closed
+        out = await self._request(path, body, timeout)
+        if (
+            reused
+            and out["status"] is None
+            and not out["events"]
+            and out["error"]
+            and "timeout" not in out["error"]
+        ):
+            # the server closed the idle keep-alive connection as we sent: once more on a new one
+            out = await self._request(path, body, timeout)
         return out
-    except OSError as exc:
-        out["error"] = f"connection error: {exc}"
-        out["t_end"] = time.perf_counter()
+
+    async def _request(self, path, body: bytes, timeout):
+        loop = asyncio.get_running_loop()
+        request = self.endpoint.request_bytes(path, body)
+        done = loop.create_future()
+        response = _Response(done)
+        out = {
+            "t_start": None,
+            "status": None,
+            "events": [],
+            "t_end": None,
+            "error": None,
+            "done_seen": False,
+        }
+        reuse = self.conn is not None and not self.conn.closed
+        out["t_start"] = time.perf_counter()
+        try:
+            if reuse:
+                self.conn.response = response
+                self.conn.transport.write(request)
+            else:
+                self.close()
+                self.conn = await asyncio.wait_for(self._open_and_send(request, response), timeout)
+                if self.conn.closed:
+                    response.finish(self.conn.lost)
+            remaining = timeout - (time.perf_counter() - out["t_start"])
+            exc = await asyncio.wait_for(asyncio.shield(done), max(remaining, 0.001))
+        except asyncio.TimeoutError:
+            out["error"] = f"timeout after {timeout:g} s"
+            out["t_end"] = time.perf_counter()
+            out["events"], out["status"] = response.events, response.status
+            if self.conn is not None and self.conn.transport is not None:
+                self.conn.transport.abort()
+            self.conn = None
+            return out
+        except OSError as exc:
+            out["error"] = f"connection error: {exc}"
+            out["t_end"] = time.perf_counter()
+            self.close()
+            return out
+        out["status"] = response.status
+        out["events"] = response.events
+        out["done_seen"] = response.t_done is not None
+        out["t_end"] = response.t_done or (response.events[-1][0] if response.events else time.perf_counter())
+        if response.status is None:
+            out["error"] = f"connection closed before a response: {exc or 'EOF'}"
+        elif response.status != 200:
+            out["error"] = f"HTTP {response.status}: {response.body[:300].decode('utf-8', 'replace').strip()}"
+        elif exc is not None and not response.complete:
+            out["error"] = f"connection lost: {exc}"
+        if not (response.complete and response.keep_alive) or self.conn.closed:
+            self.close()
+        else:
+            self.conn.response = None
         return out
-    out["status"] = proto.status
-    out["events"] = proto.events
-    out["t_end"] = proto.t_done or (proto.events[-1][0] if proto.events else time.perf_counter())
-    out["done_seen"] = proto.t_done is not None
-    if proto.status != 200:
-        out["error"] = f"HTTP {proto.status}: {proto.body[:300].decode('utf-8', 'replace').strip()}"
-    elif exc is not None:
-        out["error"] = f"connection lost: {exc}"
-    return out
 
 
 # ---------------------------------------------------------------- requests and their outcome
@@ -562,17 +689,18 @@ def analyse(api, raw):
 # ---------------------------------------------------------------- one level
 
 
-async def _run_requests(endpoint, cfg, bodies, concurrency):
+async def _run_requests(clients, cfg, bodies):
+    """len(clients) workers (one connection each) drain the bodies in order; returns raw outcomes."""
     queue = list(enumerate(bodies))
     queue.reverse()
     outcomes = [None] * len(bodies)
 
-    async def worker():
+    async def worker(client):
         while queue:
             i, body = queue.pop()
-            outcomes[i] = await stream_request(endpoint, cfg["path"], body, cfg["request_timeout"])
+            outcomes[i] = await client.request(cfg["path"], body, cfg["request_timeout"])
 
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(bodies)))))
+    await asyncio.gather(*(worker(cl) for cl in clients[: len(bodies)]))
     return outcomes
 
 
@@ -665,19 +793,23 @@ async def run_level(cfg, level_index, progress=None, keep_requests=False):
         for rid in rids
     ]
     _say(progress, f"level c={concurrency} start: {n} requests, {cfg['warmup']} warmup")
-    warm_failed = 0
-    if warm:
-        for raw in await _run_requests(endpoint, cfg, warm, min(concurrency, len(warm))):
-            warm_failed += 0 if analyse(cfg["api"], raw)["ok"] else 1
-    flush = None
-    if cfg["flush_cache"]:
-        flush = await asyncio.get_running_loop().run_in_executor(None, flush_cache, cfg)
-    t0 = time.perf_counter()
-    raws = await _run_requests(endpoint, cfg, bodies, concurrency)
+    clients = [Client(endpoint) for _ in range(min(concurrency, n))]
+    try:
+        await asyncio.gather(*(cl.connect(min(cfg["request_timeout"], 30.0)) for cl in clients))
+        warm_failed = 0
+        if warm:
+            for raw in await _run_requests(clients, cfg, warm):
+                warm_failed += 0 if analyse(cfg["api"], raw)["ok"] else 1
+        flush = None
+        if cfg["flush_cache"]:
+            flush = await asyncio.get_running_loop().run_in_executor(None, flush_cache, cfg)
+        raws = await _run_requests(clients, cfg, bodies)
+    finally:
+        for cl in clients:
+            cl.close()
     # duration: first start to last end of the measured requests
     start = min(r["t_start"] for r in raws)
     end = max(r["t_end"] for r in raws)
-    del t0
     results = [analyse(cfg["api"], r) for r in raws]
     level = summarize_level(cfg, concurrency, results, end - start, n)
     level["warmup_failed"] = warm_failed
@@ -689,6 +821,7 @@ async def run_level(cfg, level_index, progress=None, keep_requests=False):
             {
                 "rid": rid,
                 "ok": r["ok"],
+                "t_start": r["t_start"],
                 "error": r["error"],
                 "ttft_ms": None if r["ttft"] is None else 1000.0 * r["ttft"],
                 "e2e_ms": 1000.0 * r["e2e"],

@@ -34,6 +34,7 @@ class FakeState:
 def make_handler(state: FakeState):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1" if state.chunked else "HTTP/1.0"
+        disable_nagle_algorithm = True
 
         def log_message(self, *args):
             pass
