@@ -79,7 +79,7 @@ def sim(tmp_path_factory):
 def test_startup_port_closed_while_loading_then_503_then_200():
     env = {
         "SGLANG_SIM_LOAD_SECONDS": "1.0",
-        "SGLANG_SIM_WARMUP_SECONDS": "1.0",
+        "SGLANG_SIM_WARMUP_SECONDS": "1.5",
         "SGLANG_SIM_HEALTH_POLL_SECONDS": "0.05",
     }
     with SimProcess(["--tp-size", "8"], env=env) as s:
