@@ -864,6 +864,7 @@ class Sim:
         max_new,
         ignore_eos: bool,
         include_usage: bool = False,
+        model: str | None = None,
     ) -> None:
         if self.status != "Up" and self.status != "Starting":
             conn.json(503, {"error": {"message": "The server is shutting down."}})
@@ -908,7 +909,7 @@ class Sim:
             max_new=max_new,
             eos_at=eos_position(seed, max_new, ignore_eos, self.eos_mean),
             seed=seed,
-            model=self.args.served_model_name or self.args.model_path,
+            model=model or self.args.served_model_name or self.args.model_path,  # OpenAI: as requested
             include_usage=include_usage,
             arrival=loop.time(),
         )
@@ -971,6 +972,7 @@ class Sim:
             max_new=data.get("max_tokens", 16),
             ignore_eos=bool(data.get("ignore_eos", False)),
             include_usage=self._stream_opts(data),
+            model=str(data["model"]) if data.get("model") else None,
         )
 
     def h_chat(self, conn: Conn, data: dict) -> None:
@@ -998,6 +1000,7 @@ class Sim:
             max_new=max_new,
             ignore_eos=bool(data.get("ignore_eos", False)),
             include_usage=self._stream_opts(data),
+            model=str(data["model"]) if data.get("model") else None,
         )
 
 

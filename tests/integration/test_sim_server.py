@@ -188,7 +188,7 @@ def test_openai_completions_stream_with_usage(sim):
     events = sse(
         sim.url("/v1/completions"),
         {
-            "model": "kimi",
+            "model": "asked-name",
             "prompt": "Say something",
             "max_tokens": 5,
             "ignore_eos": True,
@@ -201,6 +201,7 @@ def test_openai_completions_stream_with_usage(sim):
     content, usage = chunks[:-1], chunks[-1]
     assert len(content) == 5
     assert all(c["object"] == "text_completion" and c["usage"] is None for c in content)
+    assert all(c["model"] == "asked-name" for c in chunks)  # the model the request named
     assert [c["choices"][0]["finish_reason"] for c in content] == [None] * 4 + ["length"]
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 5
     assert usage["usage"]["total_tokens"] == usage["usage"]["prompt_tokens"] + 5
