@@ -62,8 +62,9 @@ LAYOUT_KEYS = {
     "engine": "sglang (default) or sim",
 }
 
-# CUDA context, cuBLAS/NCCL handles: memory gone before SGLang measures what is free.
-CUDA_CONTEXT_GIB = 0.5
+# CUDA context, NCCL and cuBLAS workspaces: memory PyTorch cannot use. 1 GiB reproduces the seed's OOM
+# ("Tried to allocate 672.00 MiB" with 93.62 GiB allocated on a 94.97 GiB card needs 0.69-1.35 GiB).
+CUDA_CONTEXT_GIB = 1.0
 # Below this, the memory outside the static pool (CUDA graphs, activations) is tight.
 MIN_DYNAMIC_GIB = 2.0
 # vLLM's profiled activation peak inside --gpu-memory-utilization (a few hundred MiB to ~2 GiB).
@@ -470,37 +471,34 @@ def kv_dtype_bytes(spec: ModelSpec, kv_cache_dtype: str | None) -> int:
 def allocation_sequence(spec: ModelSpec, layout_plan: dict, rank: int = 0) -> list[tuple[str, int]]:
     """Weights in model-construction order for one rank: (tensor name, bytes on that rank).
 
-    Routed experts are split into SGLang's fused parameters (w13/w2 packed, then scales) so
-    an OOM names the tensor SGLang would have been allocating.
+    Routed experts become SGLang's fused MoE parameters in the order its quantization method
+    registers them (w13 and w2 weights, then their scales), so an OOM names the tensor SGLang
+    would have been allocating.
     """
     par = layout_plan["parallel"]
     ranges = pp_layer_ranges(spec.num_layers, par["pp"])
     stage = layout_plan["ranks"][rank]["pp_rank"]
+    lins = {lin.name.rsplit(".", 1)[1]: lin for lin in spec.linears if lin.component == "routed_experts"}
+    experts_factor = shard_factor("experts", par, spec)
     seq: list[tuple[str, int]] = []
     for t in spec.tensors:
         if stage_of(t.stage, ranges) != stage:
             continue
-        nbytes = t.nbytes * shard_factor(t.shard, par, spec)
-        if t.component == "routed_experts" and t.name.endswith("gate_proj"):
-            continue  # folded into w13 below
         if t.component == "routed_experts" and spec.mode == "config":
-            layer = t.stage
-            base = f"model.layers.{layer}.mlp.experts."
-            lins = {
-                lin.name.rsplit(".", 1)[1]: lin for lin in spec.linears if lin.component == "routed_experts"
-            }
-            if t.name.endswith("up_proj"):
-                w13 = sum(linear_bytes(spec.quant, lins[k], layer) for k in ("gate_proj", "up_proj"))
-                seq += _split_weight_scale(
-                    spec, base + "w13_weight", w13 * shard_factor("experts", par, spec), lins["up_proj"], 2
-                )
-            else:
-                w2 = linear_bytes(spec.quant, lins["down_proj"], layer)
-                seq += _split_weight_scale(
-                    spec, base + "w2_weight", w2 * shard_factor("experts", par, spec), lins["down_proj"], 1
-                )
+            if not t.name.endswith("down_proj"):
+                continue  # gate/up are fused into w13; emitted with down_proj below
+            base = f"model.layers.{t.stage}.mlp.experts."
+            w13 = sum(linear_bytes(spec.quant, lins[k], t.stage) for k in ("gate_proj", "up_proj"))
+            w2 = linear_bytes(spec.quant, lins["down_proj"], t.stage)
+            w13_parts = _split_weight_scale(
+                spec, base + "w13_weight", w13 * experts_factor, lins["up_proj"], 2
+            )
+            w2_parts = _split_weight_scale(
+                spec, base + "w2_weight", w2 * experts_factor, lins["down_proj"], 1
+            )
+            seq += [w13_parts[0], w2_parts[0], *w13_parts[1:], *w2_parts[1:]]
             continue
-        seq.append((t.name, int(nbytes)))
+        seq.append((t.name, int(t.nbytes * shard_factor(t.shard, par, spec))))
     return seq
 
 

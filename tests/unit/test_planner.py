@@ -142,8 +142,9 @@ def test_budget_and_kv_capacity(demo):
     assert demo["tp8"]["kv_bytes_per_token"] == 70272
     # notes section 6: raw 186k tokens at 0.88 without the vision tower; ours is a bit less
     assert 150_000 < demo["tp8"]["kv_tokens"] < 186_000
-    # PP8: the 8-layer stage is the limit, 9216 B per token, ~917k tokens (notes section 6)
-    assert demo["pp8"]["kv_tokens"] == pytest.approx(917_000, rel=0.02)
+    # PP8: the 8-layer stage (75.27 GiB of weights) is the limit at 9216 B per token. Notes section 6
+    # gives 917k with 0.5 GiB of CUDA context; with our 1 GiB: (0.88 x (94.97 - 1) - 75.27) GiB / 9216 B
+    assert demo["pp8"]["kv_tokens"] == pytest.approx((0.88 * (94.97 - 1) - 75.27) * GIB / 9216, rel=0.01)
     # dp-attention: each DP group has its own pool
     assert demo["dp-attention"]["kv_tokens_total"] == 2 * demo["dp-attention"]["kv_tokens"]
 
@@ -162,7 +163,8 @@ def test_oom_fingerprint_matches_the_seed(repo, demo):
         total += nbytes
     layer = int(failed.split(".")[2])
     assert 38 <= layer <= 44, failed
-    assert total / GIB == pytest.approx(93.62, abs=1.0)
+    assert ".mlp.experts.w" in failed  # dies inside a routed-expert allocation, as the seed's did
+    assert total / GIB == pytest.approx(93.62, abs=0.7)
 
 
 def test_argv_and_env(demo):
