@@ -11,6 +11,8 @@ measured details):
   token counts are exact (a prompt given as token ids, ignore_eos, max_tokens);
 - stop: SIGTERM to the main process ends it with exit code 0, and every process of its group
   (EngineCore, Worker, multiprocessing's resource_tracker) is gone within seconds.
+- flags: module_utils/sglang_layouts/data/vllm_flags.json is what the pinned vLLM's `vllm serve`
+  parser dumps (ci/dump_vllm_flags.py), with the spellings a layout maps to.
 
 The venv comes from ci/vllm.sh (machine-level cache, .venv/vllm links to it): the session fixture
 runs it, which takes seconds when the cache is built and a few minutes when it is not. The model
@@ -356,3 +358,35 @@ def test_sigterm_stops_the_whole_process_group(vllm_server):
     log = vllm_server.log.read_text(errors="replace")
     assert "[shutdown] API server: shutdown triggered" in log
     assert "Application shutdown complete." in log
+
+
+def test_committed_flags_match_the_pinned_parser(vllm_venv):
+    """module_utils/sglang_layouts/data/vllm_flags.json is what the pinned vLLM's parser says."""
+    proc = subprocess.run(
+        [str(vllm_venv / "bin" / "python"), str(REPO / "ci" / "dump_vllm_flags.py")],
+        cwd="/",
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, _tail(proc.stderr)
+    live = json.loads(proc.stdout)
+    committed = json.loads(
+        (REPO / "module_utils" / "sglang_layouts" / "data" / "vllm_flags.json").read_text()
+    )
+    assert live == committed, (
+        "vllm_flags.json is stale: regenerate it with "
+        "`.venv/vllm/bin/python ci/dump_vllm_flags.py > module_utils/sglang_layouts/data/vllm_flags.json`"
+    )
+    flags = committed["flags"]
+    # The spellings a vLLM layout maps to (docs/vllm.md, "Flags").
+    assert flags["--tensor-parallel-size"]["aliases"] == ["-tp"]
+    assert flags["--pipeline-parallel-size"]["aliases"] == ["-pp"]
+    assert flags["--data-parallel-size"]["aliases"] == ["-dp"]
+    assert flags["--enable-expert-parallel"]["takes_value"] is False
+    assert "--no-enable-expert-parallel" in flags["--enable-expert-parallel"]["aliases"]
+    for name in ("--gpu-memory-utilization", "--max-model-len", "--max-num-seqs"):
+        assert flags[name]["takes_value"] is True, name
+    assert "--expert-parallel-size" not in flags
