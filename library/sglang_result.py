@@ -1,0 +1,244 @@
+#!/usr/bin/python
+# Copyright: sglang-layouts contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_result
+short_description: Store, look up and point to result records of layout benchmarks (controller side)
+description:
+  - Result records live under O(results_dir) as C(<run id>/<host>/<layout>.json). A record is never overwritten
+    (it is hard-linked into place, which fails if the name exists); a forced re-run in the same run id adds
+    C(<layout>.attemptN.json), and readers take the highest attempt.
+  - C(state=present) builds a record of schema C(sglang-layouts/result/v1) (with the formula of every figure)
+    from the plan entry, the health facts and the benchmark facts, and stores it.
+  - C(state=query) says whether a (run, host, layout) already has a record (sweeps resume with it).
+  - C(state=latest) points C(<results_dir>/latest) at O(run_id) (symlink swapped in atomically).
+  - Run it on the controller (C(delegate_to: localhost)).
+version_added: "0.1.0"
+author: sglang-layouts contributors
+options:
+  results_dir:
+    description: The results folder on the controller.
+    type: path
+    required: true
+  run_id:
+    description: Run id (a UTC timestamp by default in the playbooks).
+    type: str
+    required: true
+  state:
+    description: What to do.
+    type: str
+    choices: [present, query, latest]
+    default: present
+  host:
+    description: Inventory host the layout ran on (present, query).
+    type: str
+  layout:
+    description: Layout name (present, query).
+    type: str
+  status:
+    description: C(ok) (measured, no failed request), C(degraded) (measured, some requests failed),
+      C(failed) (deploy, health or benchmark failed), C(skipped) (planner verdict oom/invalid, not forced).
+    type: str
+    choices: [ok, degraded, failed, skipped]
+    default: ok
+  engine:
+    description: C(sglang) or C(sim); a C(sim) record is marked simulated.
+    type: str
+  plan:
+    description: The planner's entry for the layout (verdict, gpus_used, kv_tokens, argv, ...).
+    type: dict
+  health:
+    description: The C(sglang_health) facts (ready_after_s, max_total_num_tokens, memory_per_rank, ...).
+    type: dict
+  bench:
+    description: The C(sglang_bench) facts (summary, levels, config, server).
+    type: dict
+  failure_class:
+    description: Failure class of a failed layout (from the failing task), or the verdict of a skipped one.
+    type: str
+  evidence:
+    description: Evidence of a failure (line, log_tail, exit_status, ...).
+    type: raw
+  msg:
+    description: Message of the failing task.
+    type: str
+  reasons:
+    description: The planner's reasons (default the plan entry's).
+    type: list
+    elements: str
+  argv:
+    description: The command line the layout ran with (default the plan entry's).
+    type: list
+    elements: str
+  versions:
+    description: Versions (SGLang pin, engine's reported version, Ansible, Python).
+    type: dict
+  gpu:
+    description: GPU facts of the host (count, memory, interconnect, gpu_facts).
+    type: dict
+  extra:
+    description: Anything else to keep with the record.
+    type: dict
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is written; the path the record would get is returned.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+"""
+
+EXAMPLES = r"""
+- name: Does this layout already have a result in this run?
+  ansible.legacy.sglang_result:
+    state: query
+    results_dir: "{{ sglang_results_dir }}"
+    run_id: "{{ sglang_run_id }}"
+    host: "{{ inventory_hostname }}"
+    layout: tp8
+  delegate_to: localhost
+  register: existing
+
+- name: Store a skipped layout
+  ansible.legacy.sglang_result:
+    results_dir: "{{ sglang_results_dir }}"
+    run_id: "{{ sglang_run_id }}"
+    host: "{{ inventory_hostname }}"
+    layout: tp4ep2
+    status: skipped
+    failure_class: oom
+    plan: "{{ layout_plan }}"
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+path:
+  description: Path of the stored record (present), or of the latest attempt (query).
+  type: str
+  returned: when a record was stored or found
+attempt:
+  description: Attempt number of the stored record (1 for C(<layout>.json)).
+  type: int
+  returned: state=present
+exists:
+  description: Whether the (run, host, layout) has a record.
+  type: bool
+  returned: state=query
+attempts:
+  description: Attempt numbers stored for the (run, host, layout).
+  type: list
+  elements: int
+  returned: state=query
+status:
+  description: Status of the latest stored attempt.
+  type: str
+  returned: state=query and exists
+record:
+  description: The stored record without its levels (summary, kv_tokens, status...).
+  type: dict
+  returned: state=present
+latest:
+  description: Path of the latest symlink.
+  type: str
+  returned: state=latest
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_layouts.results import (
+    ResultError,
+    attempts,
+    build_record,
+    load_record,
+    record_path,
+    run_dir,
+    update_latest,
+    write_record,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            results_dir=dict(type="path", required=True),
+            run_id=dict(type="str", required=True),
+            state=dict(type="str", default="present", choices=["present", "query", "latest"]),
+            host=dict(type="str"),
+            layout=dict(type="str"),
+            status=dict(type="str", default="ok", choices=["ok", "degraded", "failed", "skipped"]),
+            engine=dict(type="str"),
+            plan=dict(type="dict"),
+            health=dict(type="dict"),
+            bench=dict(type="dict"),
+            failure_class=dict(type="str"),
+            evidence=dict(type="raw"),
+            msg=dict(type="str"),
+            reasons=dict(type="list", elements="str"),
+            argv=dict(type="list", elements="str"),
+            versions=dict(type="dict"),
+            gpu=dict(type="dict"),
+            extra=dict(type="dict"),
+        ),
+        required_if=[("state", "present", ["host", "layout"]), ("state", "query", ["host", "layout"])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    rd = p["results_dir"]
+    try:
+        if p["state"] == "latest":
+            run_dir(rd, p["run_id"])
+            link = os.path.join(rd, "latest")
+            current = os.readlink(link) if os.path.islink(link) else None
+            changed = current != p["run_id"]
+            if changed and not module.check_mode:
+                os.makedirs(rd, exist_ok=True)
+                update_latest(rd, p["run_id"])
+            module.exit_json(changed=changed, latest=link)
+
+        if p["state"] == "query":
+            found = attempts(rd, p["run_id"], p["host"], p["layout"])
+            out = {"changed": False, "exists": bool(found), "attempts": found}
+            if found:
+                path = record_path(rd, p["run_id"], p["host"], p["layout"], found[-1])
+                out["path"] = path
+                out["status"] = load_record(path).get("status")
+            module.exit_json(**out)
+
+        record = build_record(
+            p["run_id"],
+            p["host"],
+            p["layout"],
+            p["status"],
+            engine=p["engine"],
+            plan=p["plan"],
+            health=p["health"],
+            bench=p["bench"],
+            failure_class=p["failure_class"],
+            evidence=p["evidence"],
+            msg=p["msg"],
+            reasons=p["reasons"],
+            argv=p["argv"],
+            versions=p["versions"],
+            gpu=p["gpu"],
+            extra=p["extra"],
+        )
+        short = {k: v for k, v in record.items() if k not in ("levels", "formulas", "health", "evidence")}
+        if module.check_mode:
+            found = attempts(rd, p["run_id"], p["host"], p["layout"])
+            attempt = (found[-1] + 1) if found else 1
+            path = record_path(rd, p["run_id"], p["host"], p["layout"], attempt)
+            module.exit_json(changed=True, path=path, attempt=attempt, record=short)
+        path, attempt = write_record(rd, record)
+        short["attempt"] = attempt
+        module.exit_json(changed=True, path=path, attempt=attempt, record=short)
+    except (ResultError, OSError) as exc:
+        module.fail_json(msg=f"result store: {exc}")
+
+
+if __name__ == "__main__":
+    main()
