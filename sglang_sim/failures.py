@@ -277,3 +277,95 @@ def kill_self() -> None:
     """kill_process_tree(os.getpid()): the main process dies by SIGKILL of itself."""
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+# -- multi-node (torch.distributed's TCP store, gloo) -------------------------------------------
+_DIST_INIT = [
+    (
+        "sglang/srt/managers/scheduler.py",
+        6361,
+        "run_scheduler_process",
+        "scheduler = Scheduler(server_args, port_args)",
+    ),
+    ("sglang/srt/managers/scheduler.py", 536, "__init__", "bootstrap.init_parallel_runtime("),
+    ("sglang/srt/distributed/bootstrap.py", 152, "init_parallel_runtime", "_init_parallel_groups("),
+    ("sglang/srt/distributed/bootstrap.py", 322, "_init_parallel_groups", "init_distributed_environment("),
+    (
+        "sglang/srt/distributed/parallel_state.py",
+        2517,
+        "init_distributed_environment",
+        "torch.distributed.init_process_group(",
+    ),
+    ("torch/distributed/c10d_logger.py", 83, "wrapper", "return func(*args, **kwargs)"),
+    ("torch/distributed/c10d_logger.py", 97, "wrapper", "func_return = func(*args, **kwargs)"),
+    (
+        "torch/distributed/distributed_c10d.py",
+        1892,
+        "init_process_group",
+        "store, rank, world_size = next(rendezvous_iterator)",
+    ),
+    ("torch/distributed/rendezvous.py", 232, "_tcp_rendezvous_handler", "store = _create_c10d_store("),
+    ("torch/distributed/rendezvous.py", 199, "_create_c10d_store", "return TCPStore("),
+]
+
+
+def store_timeout_traceback(timeout_s: float, joined: int, world: int) -> str:
+    """Node rank 0's TP0 hosts the TCPStore; torch 2.x (TCPStore.cpp), checked against torch 2.13:
+    `Timed out after {timeout + 1} seconds waiting for clients. {joined}/{world} clients joined.`"""
+    return runtime_traceback(
+        _DIST_INIT,
+        f"torch.distributed.DistStoreError: Timed out after {int(timeout_s) + 1} seconds waiting for clients. "
+        f"{joined}/{world} clients joined.",
+    )
+
+
+def client_timeout_traceback(timeout_s: float, host: str, port: int, connected: bool) -> str:
+    """A non-zero rank whose store never answered: torch's client socket timeout (never connected),
+    or the store's `Socket Timeout` (connected, but the other ranks never came)."""
+    if connected:
+        exc = "torch.distributed.DistStoreError: Socket Timeout"
+    else:
+        exc = (
+            f"torch.distributed.DistNetworkError: The client socket has timed out after {int(timeout_s * 1000)}ms "
+            f"while trying to connect to ({host}, {port})."
+        )
+    return runtime_traceback(_DIST_INIT, exc)
+
+
+def peer_closed_traceback(host: str, port: int) -> str:
+    """A non-zero node whose rank 0 went away: the scheduler's request broadcast over the gloo CPU
+    group fails first (every loop iteration broadcasts, idle or not)."""
+    return runtime_traceback(
+        [
+            ("sglang/srt/managers/scheduler.py", 6368, "run_scheduler_process", "scheduler.run_event_loop()"),
+            ("sglang/srt/managers/scheduler.py", 1989, "run_event_loop", "dispatch_event_loop(self)"),
+            (
+                "sglang/srt/managers/scheduler.py",
+                6215,
+                "dispatch_event_loop",
+                "return _dispatch_event_loop_once(scheduler)",
+            ),
+            (
+                "sglang/srt/managers/scheduler.py",
+                6231,
+                "_dispatch_event_loop_once",
+                "scheduler.event_loop_overlap()",
+            ),
+            ("sglang/srt/managers/scheduler.py", 2091, "event_loop_overlap", "self.ingest_requests()"),
+            (
+                "sglang/srt/managers/scheduler_components/request_receiver.py",
+                121,
+                "recv_requests",
+                "recv_reqs = broadcast_pyobj(",
+            ),
+            (
+                "sglang/srt/utils/common.py",
+                2715,
+                "broadcast_pyobj",
+                "dist.broadcast(tensor_size, src=src, group=dist_group)",
+            ),
+            ("torch/distributed/c10d_logger.py", 83, "wrapper", "return func(*args, **kwargs)"),
+            ("torch/distributed/distributed_c10d.py", 2836, "broadcast", "work.wait()"),
+        ],
+        f"RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [{host}]:{port}",
+    )

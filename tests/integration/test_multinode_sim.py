@@ -1,0 +1,212 @@
+"""Multi-node SGLang acted out by two simulator processes on loopback (notes/sglang.md 2, 3.4, 3.5).
+
+Same command on both but --node-rank and --port; rank 0 hosts the rendezvous at --dist-init-addr.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from sglang_layouts import logclass
+
+from sglang_sim.launcher import SimProcess, free_port
+
+TIMEOUT = 3  # SGLANG_SIM_DIST_TIMEOUT for these tests
+
+
+def common(dist_port: int, *extra: str) -> list[str]:
+    return ["--tp-size", "16", "--nnodes", "2", "--dist-init-addr", f"127.0.0.1:{dist_port}", *extra]
+
+
+def node(rank: int, dist_port: int, *extra: str, env: dict | None = None) -> SimProcess:
+    return SimProcess(
+        [*common(dist_port, *extra), "--node-rank", str(rank)],
+        env={"SGLANG_SIM_DIST_TIMEOUT": str(TIMEOUT), **(env or {})},
+    )
+
+
+def get(url: str, timeout: float = 5.0) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def classify(text: str) -> str | None:
+    m = logclass.classify(text.splitlines())
+    return m.cls if m else None
+
+
+def test_ready_only_after_every_node_joined():
+    d = free_port()
+    with node(0, d) as r0:
+        r0.wait_for_line("Init torch distributed begin.")
+        time.sleep(1.5)  # rank 1 not there yet: rank 0 waits at the rendezvous, API port closed
+        assert "Init torch distributed ends" not in r0.text
+        assert "Load weight begin" not in r0.text
+        assert not port_open(r0.port)
+        with node(1, d) as r1:
+            t1 = time.monotonic()
+            r0.wait_ready(20)
+            r0.wait_for_line("Init torch distributed ends")
+            # rank 0 logs its own ranks only, and the TP0 summary line
+            assert "[" in r0.text and " TP7]" in r0.text and " TP8]" not in r0.text
+            assert "max_total_num_tokens=" in r0.text
+            # rank 1: its ranks, no API, no ready line, no uvicorn INFO lines (dummy server at warning level)
+            r1.wait_for_line(" TP15] Capture cuda graph end")
+            deadline = time.monotonic() + 10
+            while not port_open(r1.port) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert " TP0]" not in r1.text and "max_total_num_tokens=" not in r1.text
+            assert "fired up" not in r1.text and "Uvicorn running" not in r1.text
+            for path in ("/health", "/health_generate", "/ping"):
+                assert get(r1.url(path)) == 200, path
+            assert get(r1.url("/generate")) == 404
+            assert get(r1.url("/v1/models")) == 404
+            assert get(r0.url("/health")) == 200
+            body = json.dumps(
+                {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}
+            )
+            with urllib.request.urlopen(urllib.request.Request(r0.url("/generate"), data=body.encode())) as r:
+                assert json.loads(r.read())["meta_info"]["completion_tokens"] == 4
+            assert time.monotonic() - t1 < 15
+
+
+def test_rank1_never_started_times_out_on_rank0():
+    d = free_port()
+    with node(0, d) as r0:
+        rc = r0.wait_exit(TIMEOUT + 15)
+        elapsed = time.monotonic() - r0.started_at
+        text = r0.text
+    assert rc == -9  # Scheduler hit an exception -> SIGQUIT -> kill_process_tree: SIGKILL of itself
+    assert TIMEOUT <= elapsed < TIMEOUT + 10
+    assert "Scheduler hit an exception: Traceback (most recent call last):" in text
+    assert (
+        f"torch.distributed.DistStoreError: Timed out after {TIMEOUT + 1} seconds waiting for clients. "
+        "8/16 clients joined." in text
+    )
+    assert "Received sigquit from a child process. It usually means the child failed." in text
+    assert "Load weight begin" not in text and "fired up" not in text
+    assert classify(text) == "nccl_timeout"
+
+
+def test_dist_timeout_flag_overrides_the_sim_default():
+    d = free_port()
+    with node(0, d, "--dist-timeout", "1", env={"SGLANG_SIM_DIST_TIMEOUT": "60"}) as r0:
+        rc = r0.wait_exit(15)
+        assert time.monotonic() - r0.started_at < 10
+    assert rc == -9
+    assert "Timed out after 2 seconds waiting for clients. 8/16 clients joined." in r0.text
+
+
+def test_rank1_without_rank0_times_out_connecting():
+    d = free_port()
+    with node(1, d) as r1:
+        rc = r1.wait_exit(TIMEOUT + 15)
+    assert rc == -9
+    assert (
+        f"torch.distributed.DistNetworkError: The client socket has timed out after {TIMEOUT * 1000}ms "
+        f"while trying to connect to (127.0.0.1, {d})." in r1.text
+    )
+    assert not port_open(r1.port)
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_rank1_dies_after_ready_rank0_logs_nccl_timeout_and_exits(how):
+    d = free_port()
+    with node(0, d) as r0, node(1, d) as r1:
+        r0.wait_ready(20)
+        deadline = time.monotonic() + 10
+        while not port_open(r1.port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert get(r1.url("/health")) == 200
+        t_kill = time.monotonic()
+        if how == "SIGKILL":
+            r1.proc.kill()
+        else:
+            r1.proc.send_signal(signal.SIGTERM)
+        rc1 = r1.wait_exit(10)
+        rc0 = r0.wait_exit(TIMEOUT + 15)
+        t_line, line = r0.wait_for_line("Watchdog caught collective operation timeout")
+        text = r0.text
+    if how == "SIGTERM":
+        # 0.5.23 on node_rank >= 1: a warning; under systemd the schedulers die of the SIGTERM too
+        assert rc1 == 0
+        assert "SIGTERM received on node_rank 1; waiting for the rank-0 ShutdownReq broadcast" in r1.text
+        assert "Scheduler or DataParallelController" in r1.text and "terminated with -15" in r1.text
+    else:
+        assert rc1 == -9
+    assert rc0 == -9
+    assert TIMEOUT - 0.5 <= t_line - t_kill < TIMEOUT + 8
+    assert f"Timeout(ms)={TIMEOUT * 1000})" in line and "OpType=ALLREDUCE" in line
+    assert "Subprocess scheduler_0 (pid=" in text and "crashed with exit code -6" in text
+    assert "SIGQUIT received" in text
+    assert classify(text) == "nccl_timeout"
+
+
+def test_requests_stall_while_the_peer_is_gone():
+    d = free_port()
+    with (
+        node(0, d, env={"SGLANG_SIM_DIST_TIMEOUT": "4"}) as r0,
+        node(1, d, env={"SGLANG_SIM_DIST_TIMEOUT": "4"}) as r1,
+    ):
+        r0.wait_ready(20)
+        r1.proc.kill()
+        r1.wait_exit(10)
+        time.sleep(0.3)
+        body = json.dumps({"input_ids": [1], "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}})
+        with pytest.raises((TimeoutError, urllib.error.URLError, ConnectionError, OSError)):
+            urllib.request.urlopen(
+                urllib.request.Request(r0.url("/generate"), data=body.encode()), timeout=1.5
+            )
+        assert r0.wait_exit(20) == -9
+
+
+def test_rank0_dies_rank1_logs_the_lost_peer_and_exits():
+    d = free_port()
+    with node(0, d) as r0, node(1, d) as r1:
+        r0.wait_ready(20)
+        r0.proc.kill()
+        rc1 = r1.wait_exit(10)
+        text = r1.text
+    assert rc1 == -9
+    assert "Scheduler hit an exception: Traceback" in text
+    assert "Connection closed by peer [127.0.0.1]:" in text
+    assert "Received sigquit from a child process" in text
+    assert classify(text) is not None
+
+
+def test_rank0_graceful_stop_stops_rank1_cleanly():
+    d = free_port()
+    with node(0, d) as r0, node(1, d) as r1:
+        r0.wait_ready(20)
+        r1.wait_for_line(" TP15] Capture cuda graph end")
+        r0.proc.send_signal(signal.SIGTERM)
+        rc0 = r0.wait_exit(10)
+        rc1 = r1.wait_exit(10)
+        text = r1.text
+    assert rc0 == -9  # SGLang's SIGTERM path ends in SIGKILL of itself
+    assert rc1 == 0  # ShutdownReq: the schedulers leave their loops
+    assert "terminated with 0" in text and "Scheduler hit an exception" not in text
+    assert classify(text) is None
+
+
+def test_rank1_joins_late_within_the_timeout():
+    d = free_port()
+    with node(0, d, env={"SGLANG_SIM_DIST_TIMEOUT": "10"}) as r0:
+        time.sleep(2)
+        with node(1, d, env={"SGLANG_SIM_DIST_TIMEOUT": "10"}):
+            r0.wait_ready(20)
