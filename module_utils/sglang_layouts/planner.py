@@ -198,8 +198,9 @@ def canonical_args(name: str, args: dict, eng: Engine = SGLANG) -> dict[str, obj
 def parallel_shape(lay: dict, eng: Engine = SGLANG) -> dict:
     tp, pp, ep, dp = lay["tp"], lay["pp"], lay["ep"], lay["dp"]
     if eng.name == "vllm":
-        # vLLM: dp ranks each run attention with their own TP group; with expert parallelism the
-        # experts spread, whole, over all tp x dp GPUs, else each dp rank holds them TP-sliced.
+        # vLLM 0.32: each dp rank runs attention (and its KV pool) with its own TP group; the MoE
+        # layers span all tp x dp GPUs either way: whole experts with --enable-expert-parallel,
+        # else every expert sliced tp x dp ways (fused_moe/config.py flatten_tp_across_dp).
         ep_on = ep > 1
         return {
             "tp": tp,
@@ -208,8 +209,8 @@ def parallel_shape(lay: dict, eng: Engine = SGLANG) -> dict:
             "dp": dp,
             "dp_attention": False,
             "attn_tp": tp,
-            "moe_tp": 1 if ep_on else tp,
-            "expert_ways": tp * dp if ep_on else tp,
+            "moe_tp": 1 if ep_on else tp * dp,
+            "expert_ways": tp * dp,
             "nnodes": lay["nnodes"],
             "replicas": lay["replicas"],
             "gpus_per_engine": tp * pp * dp,

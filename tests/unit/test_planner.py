@@ -503,3 +503,76 @@ def test_replicas_pack_one_host(repo):
     assert e["gpu_ids"] == list(range(8))
     assert e["router"]["workers"] == ["http://127.0.0.1:30001", "http://127.0.0.1:30002"]
     assert not any("uses" in n for n in e["notes"])
+
+
+# -- vLLM ---------------------------------------------------------------------------
+
+
+def test_vllm_layouts_use_vllm_flags_and_semantics(repo):
+    model = config_model(repo, "qwen3-235b", "qwen3-235b-a22b")
+    doc = by_name(
+        plan(
+            repo,
+            [
+                {"name": "tp8", "engine": "vllm", "tp": 8},
+                {"name": "tp4dp2-ep", "engine": "vllm", "tp": 4, "dp": 2, "ep": 8},
+                {"name": "tp8ep2", "engine": "vllm", "tp": 8, "ep": 2},
+                {"name": "dpa", "engine": "vllm", "tp": 4, "dp": 2, "enable_dp_attention": True},
+                {"name": "sgl", "tp": 8},
+            ],
+            hardware=H20,
+            model=model,
+            serving={**DEMO_SERVING, "gpu_memory_utilization": 0.9},
+        )
+    )
+    tp8 = doc["tp8"]
+    assert tp8["argv"][:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    f = tp8["flags"]
+    assert f[f.index("--tensor-parallel-size") + 1] == "8"
+    assert f[f.index("--gpu-memory-utilization") + 1] == "0.9"
+    assert f[f.index("--max-model-len") + 1] == "32768" and f[f.index("--max-num-seqs") + 1] == "64"
+    assert tp8["unit_name"] == "vllm-qwen3-235b-tp8.service" and tp8["engine"] == "vllm"
+    ep = doc["tp4dp2-ep"]
+    assert ep["verdict"] == "fits" and ep["gpus_used"] == 8
+    assert "--enable-expert-parallel" in ep["flags"] and "--data-parallel-size" in ep["flags"]
+    # experts spread over all 8 GPUs; attention is TP4 per dp rank, so each GPU holds more than TP8's
+    assert ep["ranks"][0]["components"]["routed_experts"] == pytest.approx(
+        tp8["ranks"][0]["components"]["routed_experts"], rel=1e-6
+    )
+    assert ep["ranks"][0]["components"]["attention"] > tp8["ranks"][0]["components"]["attention"]
+    assert ep["kv_tokens_total"] == 2 * ep["kv_tokens"]
+    assert doc["tp8ep2"]["verdict"] == "invalid"
+    assert "write ep: 8" in doc["tp8ep2"]["reasons"][0]
+    assert doc["dpa"]["verdict"] == "invalid" and "enable_dp_attention" in doc["dpa"]["reasons"][0]
+    assert doc["sgl"]["engine"] == "sglang" and doc["sgl"]["unit_name"].startswith("sglang-")
+
+
+def test_vllm_refuses_a_context_its_kv_cannot_hold(repo):
+    model = config_model(repo, "llama-3.1-70b", "llama-3.1-70b")
+    hw = {"gpu_count": 2, "gpu_memory_gib": 79.11, "gpu_interconnect": "nvlink"}
+    layouts = [{"name": "tp2", "engine": "vllm", "tp": 2}]
+    # 65.7 GiB of weights per GPU leave ~4 GiB of KV under 0.9 x 79.11 GiB: ~26k tokens of 160 KiB
+    ok = plan(
+        repo,
+        layouts,
+        hardware=hw,
+        model=model,
+        serving={**DEMO_SERVING, "gpu_memory_utilization": 0.9, "context_length": 8192},
+    )
+    assert ok["layouts"][0]["verdict"] == "fits"
+    tight = plan(
+        repo,
+        layouts,
+        hardware=hw,
+        model=model,
+        serving={**DEMO_SERVING, "gpu_memory_utilization": 0.9, "context_length": 131072},
+    )["layouts"][0]
+    assert tight["verdict"] == "oom" and tight["failure"] == "kv_no_memory"
+    assert "vLLM refuses to start" in " ".join(tight["reasons"])
+
+
+def test_vllm_args_are_checked_against_vllms_parser(repo):
+    with pytest.raises(PlanError, match="vLLM .* has no flag --mem-fraction-static"):
+        plan(repo, [{"name": "a", "engine": "vllm", "tp": 8, "args": {"mem_fraction_static": 0.9}}])
+    e = plan(repo, [{"name": "a", "engine": "vllm", "tp": 8, "args": {"enforce_eager": True}}])["layouts"][0]
+    assert "--enforce-eager" in e["flags"]
