@@ -572,7 +572,7 @@ def test_vllm_refuses_a_context_its_kv_cannot_hold(repo):
 
 
 def test_vllm_args_are_checked_against_vllms_parser(repo):
-    with pytest.raises(PlanError, match="vLLM .* has no flag --mem-fraction-static"):
+    with pytest.raises(PlanError, match=r"vLLM .* has no flag --mem-fraction-static"):
         plan(repo, [{"name": "a", "engine": "vllm", "tp": 8, "args": {"mem_fraction_static": 0.9}}])
     e = plan(repo, [{"name": "a", "engine": "vllm", "tp": 8, "args": {"enforce_eager": True}}])["layouts"][0]
     assert "--enforce-eager" in e["flags"]
