@@ -22,6 +22,15 @@ die() {
   exit 1
 }
 
+# One molecule run at a time on a machine: scenarios share platform names and the image,
+# and a second run's destroy step would remove the first run's containers.
+LOCK=${MOLECULE_LOCK:-/tmp/sglang-layouts-molecule.lock}
+exec 9>"$LOCK"
+if ! flock -n 9; then
+  echo "== another molecule run holds $LOCK; waiting for it"
+  flock 9
+fi
+
 # 1. podman + runc + mmdebstrap (apt, only when missing).
 if ! command -v podman >/dev/null || ! command -v runc >/dev/null || ! command -v mmdebstrap >/dev/null; then
   [[ $(id -u) == 0 ]] || die "podman/runc/mmdebstrap are missing and installing them needs root (apt-get install podman runc mmdebstrap)"
@@ -80,8 +89,16 @@ for s in "${scenarios[@]}"; do
   fi
   echo "== scenario $s: $r, $((SECONDS - t)) s"
 done
-# Nothing labelled by molecule may survive a failed run.
-podman ps -a --filter label=owner=molecule -q | xargs -r podman rm -f -t 5 >/dev/null || true
+# The platforms of the scenarios run here may not survive a failed run (only ours: never
+# remove other containers labelled owner=molecule).
+for s in "${scenarios[@]}"; do
+  [[ -f molecule/$s/molecule.yml ]] || continue
+  "$ROOT/.venv/bin/python" - "molecule/$s/molecule.yml" <<'PY' | xargs -r podman rm -f -t 5 >/dev/null 2>&1 || true
+import sys, yaml
+for p in (yaml.safe_load(open(sys.argv[1])) or {}).get("platforms") or []:
+    print(p["name"])
+PY
+done
 echo "== total $((SECONDS - t0)) s"
 echo "molecule: $pass passed, $fail failed"
 exit $rc

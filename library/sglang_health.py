@@ -234,8 +234,12 @@ def main():
         journalctl = module.get_bin_path("journalctl", required=True)
         systemctl = module.get_bin_path("systemctl", required=True)
         cursor = (p["journal_cursor"] or "").strip()
-        if cursor.startswith("-- cursor:"):  # the raw output of journalctl --show-cursor
-            cursor = cursor[len("-- cursor:") :].strip()
+        for line in cursor.splitlines():  # the raw output of journalctl -n 0 --show-cursor
+            if line.startswith("-- cursor:"):
+                cursor = line[len("-- cursor:") :].strip()
+                break
+        if cursor.startswith("--"):  # "-- No entries --" and nothing else: an empty journal
+            cursor = ""
         follower = health.JournalFollower(p["unit"], cursor or None, p["invocation_id"] or None, journalctl)
 
         def state_fn():

@@ -60,6 +60,10 @@ class FileFollower:
         *lines, self._partial = data.split(b"\n")
         return [ln.decode("utf-8", "replace").rstrip("\r") for ln in lines]
 
+    def final(self) -> list[str] | None:
+        """Complete lines of this start after the process ended (None: read() already has them)."""
+        return None
+
     def close(self):
         pass
 
@@ -79,6 +83,7 @@ class JournalFollower:
         if cursor:
             cmd += ["--after-cursor", cursor]
         self.cmd = cmd
+        self.once = [c for c in cmd if c != "-f"]
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL
         )
@@ -101,6 +106,14 @@ class JournalFollower:
         data = self._partial + b"".join(chunks)
         *lines, self._partial = data.split(b"\n")
         return [ln.decode("utf-8", "replace") for ln in lines]
+
+    def final(self) -> list[str] | None:
+        """All lines of this start, read once (journald may lag `-f` by a moment after an exit)."""
+        try:
+            out = subprocess.run(self.once, capture_output=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.decode("utf-8", "replace").splitlines()
 
     def close(self):
         if self.proc.poll() is None:
@@ -371,6 +384,11 @@ def wait_ready(
             state = state_fn()
             if not state.alive:
                 drain()
+                complete = follower.final()
+                if complete:
+                    tail.clear()
+                    found = None
+                    feed(complete)
                 if found is not None:
                     fail(found.cls, found.line, found.hint, state)
                 cls, hint = logclass.classify_exit(state.exit_code, state.signal)

@@ -44,20 +44,22 @@ signal.signal(signal.SIGTERM, lambda *a: None)   # the group gets SIGTERM; the e
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
 env = dict(spec["env"])
 secret = os.environ.get("SGLANG_API_KEY")
-if secret:
-    env["SGLANG_API_KEY"] = secret
 argv = [a.replace("${SGLANG_API_KEY}", secret or "") for a in spec["argv"]]
 kw = {}
 if spec.get("user") and os.geteuid() == 0:
     kw = {"user": spec["user"], "group": spec.get("group") or None, "extra_groups": spec.get("extra_groups") or []}
 log = open(spec["log"], "ab", buffering=0)
+env.pop("SGLANG_API_KEY", None)   # the key reaches the engine through --api-key only
 try:
     child = subprocess.Popen(argv, env=env, cwd=spec.get("cwd") or None, stdin=subprocess.DEVNULL,
-                             stdout=log, stderr=subprocess.STDOUT, **kw)
+                             stdout=subprocess.PIPE if secret else log, stderr=subprocess.STDOUT, **kw)
 except OSError as exc:
     log.write(("sglang-supervise: cannot start %s: %s\n" % (argv[0], exc)).encode())
     rc = 203
 else:
+    if secret:   # SGLang logs server_args (api_key included): mask the key in the log
+        for line in iter(child.stdout.readline, b""):
+            log.write(line.replace(secret.encode(), b"********"))
     while True:
         try:
             rc = child.wait()

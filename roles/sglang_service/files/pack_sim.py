@@ -13,7 +13,10 @@ import tarfile
 
 
 def members(root):
-    for top, prefix in (("sglang_sim", "sglang_sim"), (os.path.join("module_utils", "sglang_layouts"), "sglang_layouts")):
+    for top, prefix in (
+        ("sglang_sim", "sglang_sim"),
+        (os.path.join("module_utils", "sglang_layouts"), "sglang_layouts"),
+    ):
         base = os.path.join(root, top)
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))

@@ -1,0 +1,247 @@
+"""How fast does the readiness gate give its verdict after a fatal line or a process exit?
+
+`make bench-health` (or: .venv/bin/python benchmarks/bench_health.py [--runs N] [--json FILE])
+
+Each run starts the simulated engine (sglang_sim, SGLang's log lines and exit paths) under the
+process supervisor (module_utils/sglang_layouts/supervisor.py) with a fault, and runs the same
+gate as library/sglang_health.py (health.wait_ready, poll 0.2 s, grace 1.0 s) on its log file.
+An independent watcher polls the log file and the process group every 5 ms and records the
+first moment the fatal line is on disk or the process has exited. The latency printed is
+verdict time minus that moment (median, p90, max over N runs per fault):
+
+  oom_at_load   tp4ep2 on 8 x 94.97 GiB: torch.OutOfMemoryError at load, then SIGKILL of itself
+  crash         SGLANG_SIM_FAULT=crash_after:6: scheduler exception (generic lines), SIGKILL
+  nccl_timeout  SGLANG_SIM_FAULT=nccl_timeout_after:5: torch's NCCL watchdog lines, abort
+  exit_only     a process that exits with status 1 and logs nothing fatal
+  bad_args      an unknown flag: argparse's error, exit status 2
+
+For crash/nccl_timeout the server first becomes ready, then the gate watches (its HTTP probe
+points at a closed port so only the log and the process can end the wait) while the
+benchmark sends the requests that trigger the fault. Target: every verdict within 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "module_utils"))
+
+from sglang_layouts import health, logclass, supervisor  # noqa: E402
+
+MODEL = REPO / "models" / "kimi-k2.6"
+LAYOUT_FLAGS = {
+    "tp8": ["--tp-size", "8"],
+    "tp4ep2": ["--tp-size", "4", "--ep-size", "2"],
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sim_argv(port: int, layout: str, extra=()) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "sglang_sim",
+        "--model-path",
+        str(MODEL),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *LAYOUT_FLAGS[layout],
+        "--mem-fraction-static",
+        "0.88",
+        "--context-length",
+        "32768",
+        "--trust-remote-code",
+        *extra,
+    ]
+
+
+def sim_env(**extra) -> dict:
+    return {
+        "PYTHONPATH": f"{REPO}:{REPO / 'module_utils'}",
+        "SGLANG_SIM_GPUS": "8",
+        "SGLANG_SIM_GPU_MEMORY_GIB": "94.97",
+        "SGLANG_SIM_INTERCONNECT": "pcie",
+        "SGLANG_SIM_LOAD_SECONDS": "0.3",
+        **extra,
+    }
+
+
+class Watcher(threading.Thread):
+    """Ground truth: first time a fatal line is in the file, first time the process group is gone."""
+
+    def __init__(self, log_path: str, offset: int, pgid: int):
+        super().__init__(daemon=True)
+        self.log_path, self.offset, self.pgid = log_path, offset, pgid
+        self.t_line = None
+        self.t_exit = None
+        self.stop = threading.Event()
+
+    def run(self):
+        follower = health.FileFollower(self.log_path, self.offset)
+        while not self.stop.is_set() and (self.t_line is None or self.t_exit is None):
+            now = time.monotonic()
+            if self.t_line is None and any(logclass.classify_line(x) for x in follower.read()):
+                self.t_line = now
+            if self.t_exit is None and not supervisor.group_members(self.pgid):
+                self.t_exit = now
+            time.sleep(0.005)
+
+    @property
+    def t_event(self):
+        ts = [t for t in (self.t_line, self.t_exit) if t is not None]
+        return min(ts) if ts else None
+
+
+def wait_http_ready(url: str, timeout=60.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if health.probe(url, timeout=2) == "ready":
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"{url} never became ready")
+
+
+def generate(url: str):
+    req = urllib.request.Request(
+        url + "/generate",
+        data=json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 4}}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with contextlib.suppress(OSError):
+        urllib.request.urlopen(req, timeout=5).read()
+
+
+def one_run(kind: str, run_dir: str, i: int) -> dict:
+    name = f"bench-{kind}-{i}"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    gate_url = url
+    trigger = None
+    env = sim_env()
+    if kind == "oom_at_load":
+        argv = sim_argv(port, "tp4ep2")
+    elif kind == "bad_args":
+        argv = sim_argv(port, "tp8", ["--enable-ep-moe"])
+    elif kind == "exit_only":
+        argv = [
+            sys.executable,
+            "-c",
+            "import time, sys; print('loading', flush=True); time.sleep(0.5); sys.exit(1)",
+        ]
+    elif kind == "crash":
+        argv = sim_argv(port, "tp8")
+        env = sim_env(SGLANG_SIM_FAULT="crash_after:6")
+        trigger = 8
+    elif kind == "nccl_timeout":
+        argv = sim_argv(port, "tp8")
+        env = sim_env(SGLANG_SIM_FAULT="nccl_timeout_after:5", SGLANG_SIM_NCCL_TIMEOUT_SECONDS="0.5")
+        trigger = 6
+    else:
+        raise ValueError(kind)
+    st = supervisor.start(run_dir, name, argv, env=env, cwd=run_dir)
+    pgid = st["pid"]
+    offset = st["log_offset"]
+    try:
+        if trigger is not None:
+            wait_http_ready(url)
+            offset = os.path.getsize(st["log"])
+            gate_url = f"http://127.0.0.1:{free_port()}"  # closed: only the log and the process end the wait
+        watcher = Watcher(st["log"], offset, pgid)
+        watcher.start()
+        result = {}
+
+        def gate():
+            try:
+                health.wait_ready(
+                    gate_url,
+                    health.FileFollower(st["log"], offset),
+                    lambda: health.process_state(run_dir, name),
+                    timeout=120,
+                    poll=0.2,
+                    grace=1.0,
+                )
+                result["cls"] = "ready"
+            except health.HealthFailure as exc:
+                result["cls"] = exc.failure_class
+                result["line"] = exc.evidence["line"]
+            result["t"] = time.monotonic()
+
+        g = threading.Thread(target=gate)
+        g.start()
+        if trigger is not None:
+            time.sleep(0.3)
+            for _ in range(trigger):
+                generate(url)
+        g.join(150)
+        watcher.join(5)
+        watcher.stop.set()
+        t_event = watcher.t_event
+        return {
+            "kind": kind,
+            "class": result.get("cls"),
+            "latency_s": round(result["t"] - t_event, 3) if t_event and "t" in result else None,
+            "from": "line" if watcher.t_line is not None and watcher.t_line == t_event else "exit",
+            "line": (result.get("line") or "")[:100],
+        }
+    finally:
+        supervisor.stop(run_dir, name, timeout=2, kill_timeout=5)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=10, help="runs per fault (default 10)")
+    ap.add_argument("--kinds", default="oom_at_load,crash,nccl_timeout,exit_only,bad_args")
+    ap.add_argument("--json", help="also write the raw runs here")
+    args = ap.parse_args(argv)
+    expected = {
+        "oom_at_load": "cuda_oom",
+        "crash": "crashed",
+        "nccl_timeout": "nccl_timeout",
+        "exit_only": "crashed",
+        "bad_args": "bad_args",
+    }
+    runs = []
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="bench-health-") as run_dir:
+        os.chmod(run_dir, 0o755)
+        print(f"{'fault':<14} {'class':<14} {'n':>3} {'median s':>9} {'p90 s':>7} {'max s':>7}  from")
+        for kind in args.kinds.split(","):
+            rs = [one_run(kind, run_dir, i) for i in range(args.runs)]
+            runs += rs
+            lat = sorted(r["latency_s"] for r in rs if r["latency_s"] is not None)
+            classes = sorted({r["class"] for r in rs})
+            good = classes == [expected[kind]] and len(lat) == len(rs) and max(lat) < 2.0
+            ok &= good
+            p90 = lat[min(len(lat) - 1, round(0.9 * (len(lat) - 1)))] if lat else float("nan")
+            print(
+                f"{kind:<14} {','.join(map(str, classes)):<14} {len(rs):>3} "
+                f"{statistics.median(lat) if lat else float('nan'):>9.3f} {p90:>7.3f} {max(lat) if lat else float('nan'):>7.3f}"
+                f"  {'/'.join(sorted({r['from'] for r in rs}))}{'' if good else '   <-- FAILS the 2 s / class target'}"
+            )
+    if args.json:
+        Path(args.json).write_text(json.dumps(runs, indent=1))
+    print("all verdicts within 2 s with the expected class" if ok else "TARGET MISSED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
