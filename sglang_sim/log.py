@@ -20,8 +20,13 @@ class Log:
         self.stream = stream or sys.stderr
 
     def write(self, text: str) -> None:
-        self.stream.write(text if text.endswith("\n") else text + "\n")
-        self.stream.flush()
+        # Like logging's handlers: a log that cannot be written (the reader went away) never
+        # stops the server, nor its signal handlers.
+        try:
+            self.stream.write(text if text.endswith("\n") else text + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass
 
     def main(self, msg: str) -> None:
         self.write(f"[{_ts()}] {msg}")
