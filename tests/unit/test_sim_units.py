@@ -193,3 +193,53 @@ def test_seed_flags_without_the_dump(monkeypatch, capsys):
             ["--model-path", "/m", "--cuda-graph-max-bs", "8"]
         )  # real SGLang flag, not a seed one
     assert e.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err
+
+
+# -- multi-node rendezvous (sglang_sim/dist.py) ------------------------------------------------
+def test_dist_init_addr_forms():
+    from sglang_sim.dist import split_addr
+
+    assert split_addr("10.0.0.1:20000") == ("10.0.0.1", 20000)
+    assert split_addr("node1:50000") == ("node1", 50000)
+    assert split_addr("[fd00::1]:50000") == ("fd00::1", 50000)
+    assert split_addr("node1") == ("node1", 50000)
+    assert split_addr(None) == ("127.0.0.1", 50000)
+
+
+def test_dist_timeout_flag_beats_the_sim_variable():
+    from types import SimpleNamespace
+
+    from sglang_sim.dist import DEFAULT_TIMEOUT_S, dist_timeout_s
+
+    assert dist_timeout_s(SimpleNamespace(dist_timeout=None), {}) == DEFAULT_TIMEOUT_S
+    assert dist_timeout_s(SimpleNamespace(dist_timeout=None), {"SGLANG_SIM_DIST_TIMEOUT": "7"}) == 7
+    assert dist_timeout_s(SimpleNamespace(dist_timeout=3), {"SGLANG_SIM_DIST_TIMEOUT": "7"}) == 3
+
+
+def test_rendezvous_failure_lines_as_torch_writes_them():
+    from sglang_sim import failures
+
+    store = failures.store_timeout_traceback(600, 8, 16).splitlines()
+    assert store[0] == "Traceback (most recent call last):"
+    assert store[-1] == (
+        "torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 8/16 clients joined."
+    )
+    client = failures.client_timeout_traceback(20, "node1", 50000, connected=False).splitlines()[-1]
+    assert client == (
+        "torch.distributed.DistNetworkError: The client socket has timed out after 20000ms while trying to "
+        "connect to (node1, 50000)."
+    )
+    gloo = failures.peer_closed_traceback("node1", 51001).splitlines()[-1]
+    assert gloo.endswith("Connection closed by peer [node1]:51001")
+
+
+def test_rank0_rendezvous_and_watchdog_lines_classify_as_nccl_timeout():
+    from sglang_layouts import logclass
+
+    from sglang_sim import failures
+
+    text = "[2026-11-29 16:00:00 TP0] Scheduler hit an exception: " + failures.store_timeout_traceback(
+        20, 8, 16
+    )
+    m = logclass.classify(text.splitlines())
+    assert m is not None and m.cls == "nccl_timeout" and m.definitive
