@@ -41,9 +41,18 @@ options:
     default: [1, 2, 4, 8, 16, 32, 64]
   num_prompts:
     description:
-      - Measured requests per level. When omitted it grows with the level, C(max(8, min(4 x concurrency, 1024))),
+      - Measured requests per level (the same for every level). When omitted it grows with the level,
+        C(max(min_prompts, min(prompts_per_stream x concurrency, 1024))), by default C(max(8, min(4 x c, 1024))),
         so that every stream runs about four requests without a fixed large count at concurrency 1.
     type: int
+  prompts_per_stream:
+    description: Requests per stream when O(num_prompts) is omitted.
+    type: int
+    default: 4
+  min_prompts:
+    description: Fewest requests of a level when O(num_prompts) is omitted.
+    type: int
+    default: 8
   input_len:
     description: Prompt length in tokens (fixed).
     type: int
@@ -84,7 +93,8 @@ options:
     type: float
     default: 0.9
   progress_file:
-    description: File the progress lines are appended to; default C(<tmp>/sglang_bench.progress).
+    description: File the progress lines are written to (emptied first; its folder is created);
+      default C(<tmp>/sglang_bench.progress).
     type: path
   rid_prefix:
     description: Prefix of the request ids (C(<prefix>-l<level>-r<n>), warmup C(-w<n>)); default unique per run.
@@ -271,6 +281,8 @@ def main():
             api=dict(type="str", default="generate", choices=["generate", "completions", "chat"]),
             concurrency=dict(type="list", elements="int", default=list(DEFAULT_CONCURRENCY)),
             num_prompts=dict(type="int"),
+            prompts_per_stream=dict(type="int", default=4),
+            min_prompts=dict(type="int", default=8),
             input_len=dict(type="int", default=1024),
             output_len=dict(type="int", default=256),
             warmup=dict(type="int", default=1),
@@ -305,6 +317,8 @@ def main():
             vocab_size=p["vocab_size"],
             knee_fraction=p["knee_fraction"],
             rid_prefix=p["rid_prefix"],
+            prompts_per_stream=p["prompts_per_stream"],
+            min_prompts=p["min_prompts"],
         )
     except BenchError as exc:
         module.fail_json(msg=str(exc), failure_class="bench_config")
@@ -329,7 +343,7 @@ def main():
     parent = os.path.dirname(progress_file)
     if parent:
         os.makedirs(parent, exist_ok=True)
-    with open(progress_file, "a", encoding="utf-8") as fh:
+    with open(progress_file, "w", encoding="utf-8") as fh:
 
         def progress(line):
             fh.write(f"{time.strftime('%H:%M:%S')} {line}\n")

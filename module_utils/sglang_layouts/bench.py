@@ -96,9 +96,10 @@ def stats(values):
     }
 
 
-def default_num_prompts(concurrency):
-    """Requests per level when num_prompts is not given: 4 x concurrency, at least 8, at most 1024."""
-    return max(NUM_PROMPTS_MIN, min(4 * concurrency, NUM_PROMPTS_MAX))
+def default_num_prompts(concurrency, per_stream=4, minimum=NUM_PROMPTS_MIN, maximum=NUM_PROMPTS_MAX):
+    """Requests per level when num_prompts is not given: per_stream x concurrency (4), at least
+    `minimum` (8), at most `maximum` (1024)."""
+    return max(minimum, min(per_stream * concurrency, maximum))
 
 
 # ---------------------------------------------------------------- configuration
@@ -120,6 +121,8 @@ def make_config(
     vocab_size=32000,
     knee_fraction=KNEE_FRACTION,
     rid_prefix=None,
+    prompts_per_stream=4,
+    min_prompts=NUM_PROMPTS_MIN,
 ):
     """Validate the arguments and return the normalised configuration mapping."""
     if api not in APIS:
@@ -135,6 +138,9 @@ def make_config(
     for name, value in (("input_len", input_len), ("output_len", output_len)):
         if not isinstance(value, int) or value < 1:
             raise BenchError(f"{name} must be an integer >= 1, not {value!r}")
+    for name, value in (("prompts_per_stream", prompts_per_stream), ("min_prompts", min_prompts)):
+        if not isinstance(value, int) or value < 1:
+            raise BenchError(f"{name} must be an integer >= 1, not {value!r}")
     if not isinstance(warmup, int) or warmup < 0:
         raise BenchError(f"warmup must be an integer >= 0, not {warmup!r}")
     if not request_timeout or request_timeout <= 0:
@@ -146,7 +152,14 @@ def make_config(
         "api": api,
         "path": API_PATHS[api],
         "concurrency": levels,
-        "num_prompts": [num_prompts if num_prompts is not None else default_num_prompts(c) for c in levels],
+        "num_prompts": [
+            num_prompts
+            if num_prompts is not None
+            else default_num_prompts(c, prompts_per_stream, min_prompts)
+            for c in levels
+        ],
+        "prompts_per_stream": prompts_per_stream,
+        "min_prompts": min_prompts,
         "input_len": input_len,
         "output_len": output_len,
         "warmup": warmup,

@@ -278,7 +278,10 @@ def _write(path, text):
 def build_report(results_dir, run_id=None, plots=True):
     """Write REPORT.md, summary.csv, summary.json (and the PNGs) into results/<run id>/; returns a summary."""
     run_id = _results.resolve_run_id(results_dir, run_id)
-    records = _results.load_run(results_dir, run_id)
+    records = sorted(
+        _results.load_run(results_dir, run_id),
+        key=lambda r: (r["host"], int((r.get("extra") or {}).get("order", 10**6)), r["layout"]),
+    )
     table = rows(records)
     win = winners(table)
     outdir = _results.run_dir(results_dir, run_id)

@@ -1,0 +1,156 @@
+"""sweep.yml, report.yml and bench.yml through ansible-runner on the demo inventory (simulated engine,
+process supervisor, real HTTP): records, resume, forced re-run, facts read back from the artifacts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import REPO, failed_messages
+
+# Small but real: three layouts (one fits, one oom, one invalid), two concurrency levels.
+LAYOUTS = [
+    {"name": "tp8", "tp": 8},
+    {"name": "tp4ep2", "tp": 4, "ep": 2},
+    {"name": "tp2ep4", "tp": 2, "ep": 4},
+]
+BENCH = {
+    "sglang_bench_concurrency": [1, 4],
+    "sglang_bench_input_len": 32,
+    "sglang_bench_output_len": 8,
+    "sglang_bench_prompts_per_stream": 2,
+    "sglang_bench_min_prompts": 3,
+}
+
+
+@pytest.fixture
+def run_dir():
+    """The engine runs as the unprivileged service user: its files cannot live under pytest's 0700 tmp."""
+    (REPO / "build").mkdir(exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="test-sweep-", dir=REPO / "build"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def fact_cache(runner, host):
+    """A host's cached facts from the runner's artifacts.
+
+    ansible-core 2.19 stores them as fact_cache/s1_<host> = {"__payload__": <tagged JSON>}, which
+    ansible-runner 2.4's get_fact_cache() does not find; decode it the way Ansible's cache does."""
+    facts = runner.get_fact_cache(host)
+    if facts:
+        return facts
+    from ansible._internal._json._profiles import _cache_persistence
+
+    path = Path(runner.config.fact_cache) / f"s{_cache_persistence._Profile.schema_id}_{host}"
+    return json.loads(json.loads(path.read_text())["__payload__"], cls=_cache_persistence.Decoder)
+
+
+def _records(folder):
+    return {p.name: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+
+
+def _stdout(runner):
+    return "".join(ev.get("stdout", "") for ev in runner.events)
+
+
+def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir):
+    results = tmp_path / "results"
+    run_id = f"it-{uuid.uuid4().hex[:8]}"
+    base = {
+        **BENCH,
+        "run_id": run_id,
+        "sglang_layouts": LAYOUTS,
+        "sglang_results_dir": str(results),
+        "sglang_run_dir": str(run_dir),
+    }
+
+    r1 = run_playbook("sweep.yml", extravars=base)
+    assert r1.status == "successful", failed_messages(r1)
+    host = results / run_id / "seed-box"
+    recs = _records(host)
+    assert sorted(recs) == ["tp2ep4.json", "tp4ep2.json", "tp8.json"]
+    tp8 = recs["tp8.json"]
+    assert tp8["schema"] == "sglang-layouts/result/v1" and tp8["status"] == "ok" and tp8["simulated"] is True
+    assert tp8["run_id"] == run_id and tp8["attempt"] == 1
+    assert [lv["concurrency"] for lv in tp8["levels"]] == [1, 4]
+    assert tp8["levels"][1]["completed"] == 8 and tp8["levels"][1]["failed"] == 0
+    assert tp8["summary"]["single_request_tok_s"] > 0 and tp8["summary"]["peak_concurrency"] in (1, 4)
+    # the record carries the prediction, argv, versions, GPU and health facts, and the formulas
+    assert tp8["prediction"]["verdict"] == "fits" and tp8["prediction"]["gpus_used"] == 8
+    assert "--tp-size" in " ".join(tp8["argv"]) and tp8["versions"]["engine_version"]
+    assert tp8["gpu"]["gpu_count"] == 8 and tp8["health"]["ready_after_s"] > 0
+    assert tp8["kv_tokens"]["measured"] == tp8["health"]["max_total_num_tokens"] > 0
+    assert "ttft_ms" in tp8["formulas"] and tp8["bench_config"]["output_len"] == 8
+    # planner refusals are results, with the verdict and the reasons
+    oom, inv = recs["tp4ep2.json"], recs["tp2ep4.json"]
+    assert (oom["status"], oom["prediction"]["verdict"]) == ("skipped", "oom") and oom["reasons"]
+    assert (inv["status"], inv["prediction"]["verdict"]) == ("skipped", "invalid") and inv["reasons"]
+    # the report, and latest
+    out_dir = results / run_id
+    report = (out_dir / "REPORT.md").read_text()
+    assert "Winner for single-request speed: tp8" in report and "tp8 (simulated)" in report
+    for name in ("summary.csv", "summary.json", "throughput.png", "pareto.png"):
+        assert (out_dir / name).stat().st_size > 0
+    assert (results / "latest").resolve() == out_dir.resolve()
+    # each level was shown while the benchmark ran; the facts are in the runner's fact cache
+    out = _stdout(r1)
+    assert "seed-box/tp8 level c=1 done:" in out and "seed-box/tp8 level c=4 done:" in out
+    facts = fact_cache(r1, "seed-box")
+    assert facts["sglang_bench"]["layout"] == "tp8" and facts["sglang_bench"]["run_id"] == run_id
+    assert facts["sglang_bench_results"]["tp8"]["peak_output_tok_s"] == tp8["summary"]["peak_output_tok_s"]
+
+    # the same run id resumes: nothing is measured again, no file changes
+    before = {p.name: p.stat().st_mtime_ns for p in host.iterdir()}
+    r2 = run_playbook("sweep.yml", extravars=base)
+    assert r2.status == "successful", failed_messages(r2)
+    assert {p.name: p.stat().st_mtime_ns for p in host.iterdir()} == before
+    assert "result already stored" in _stdout(r2)
+
+    # forced: the oom layout is started anyway, dies, and its failure is a new attempt; nothing overwritten
+    r3 = run_playbook(
+        "sweep.yml",
+        extravars={**base, "sglang_layouts": [LAYOUTS[1]], "sglang_force": True, "sglang_force_rerun": True},
+    )
+    assert r3.status == "successful", failed_messages(r3)
+    recs = _records(host)
+    assert recs["tp4ep2.json"] == oom
+    failed = recs["tp4ep2.attempt2.json"]
+    assert failed["status"] == "failed" and failed["attempt"] == 2
+    assert failed["failure_class"] not in (None, "", "error") and failed["evidence"]
+    # the report prefers the latest attempt and is re-runnable from the stored records alone
+    r4 = run_playbook("report.yml", extravars={"sglang_results_dir": str(results), "run_id": run_id})
+    assert r4.status == "successful", failed_messages(r4)
+    summary = json.loads((out_dir / "summary.json").read_text())
+    rows = {row["layout"]: row for row in summary["rows"]}
+    assert rows["tp4ep2"]["status_code"] == "failed" and rows["tp4ep2"]["attempt"] == 2
+    assert summary["winners"]["peak_throughput"]["layout"] == "tp8" and summary["simulated"] is True
+
+
+def test_bench_playbook_measures_the_deployed_layout(run_playbook, tmp_path, run_dir):
+    results = tmp_path / "results"
+    common = {"sglang_layouts": LAYOUTS[:1], "sglang_run_dir": str(run_dir)}
+    try:
+        r1 = run_playbook("deploy.yml", extravars={**common, "layout": "tp8"})
+        assert r1.status == "successful", failed_messages(r1)
+        # as with ansible.cfg's fact cache, the next playbook starts from the facts deploy.yml left
+        cache = Path(tmp_path / "runner" / "artifacts" / "bench" / "fact_cache")
+        shutil.copytree(r1.config.fact_cache, cache)
+        r2 = run_playbook(
+            "bench.yml",
+            ident="bench",
+            extravars={**common, **BENCH, "sglang_results_dir": str(results), "run_id": "bench-it"},
+        )
+        assert r2.status == "successful", failed_messages(r2)
+    finally:
+        run_playbook("stop.yml", extravars=common)
+    rec = json.loads((results / "bench-it" / "seed-box" / "tp8.json").read_text())
+    assert rec["status"] == "ok" and [lv["concurrency"] for lv in rec["levels"]] == [1, 4]
+    assert rec["health"]["layout"] == "tp8" and rec["prediction"]["kv_tokens"] > 0
+    assert (results / "bench-it" / "REPORT.md").exists()
+    assert fact_cache(r2, "seed-box")["sglang_bench"]["record"].endswith("bench-it/seed-box/tp8.json")
