@@ -341,6 +341,9 @@ def ensure(
         )
         return res
     if state in ("stopped", "absent"):
+        stale = paths(run_dir, name)["pid"]
+        if not st["running"] and os.path.exists(stale) and not check_mode:
+            os.unlink(stale)  # the process died on its own: a stale pidfile is not a change
         if st["running"]:
             res["changed"] = True
             if not check_mode:

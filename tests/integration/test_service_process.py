@@ -1,0 +1,122 @@
+"""deploy.yml / stop.yml in process-supervisor mode on this machine, with the simulated engine.
+
+The demo inventory (sglang_service_manager: process, ansible_connection: local), a private
+run directory and a free port: deploy a layout that fits (ready, facts), deploy it again
+(nothing changes, same process), a forced oom layout (cuda_oom verdict and the OOM line,
+the refusal without force), stop.yml (no process left).
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = REPO / ".venv" / "bin"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def env():
+    # Not under pytest's 0700 tmp dir: as root the engine runs as the service user, which must reach it.
+    run_dir = Path(tempfile.mkdtemp(prefix="sglang-svc-it-"))
+    os.chmod(run_dir, 0o755)
+    port = free_port()
+    e = dict(os.environ)
+    e.update(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
+        ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.json",
+        ANSIBLE_CACHE_PLUGIN="memory",
+        ANSIBLE_COLLECTIONS_PATH=str(REPO / ".venv" / "collections"),
+        PATH=f"{VENV_BIN}:{e.get('PATH', '')}",
+    )
+    extra = {"sglang_run_dir": str(run_dir), "sglang_base_port": port, "sglang_service_health_timeout": 120}
+    yield {"env": e, "extra": extra, "run_dir": run_dir, "port": port}
+    run(e, extra, "stop.yml")
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def run(env, extra, playbook, *args):
+    cmd = [
+        str(VENV_BIN / "ansible-playbook"),
+        "-i",
+        str(REPO / "inventory" / "demo"),
+        str(REPO / "playbooks" / playbook),
+        "-e",
+        json.dumps(extra),
+        *args,
+    ]
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    try:
+        out = json.loads(p.stdout)
+    except ValueError:
+        pytest.fail(
+            f"no JSON from ansible-playbook (rc {p.returncode}): {p.stdout[-2000:]} {p.stderr[-2000:]}"
+        )
+    return p.returncode, out
+
+
+def results(out, name_part):
+    for play in out["plays"]:
+        for task in play["tasks"]:
+            if name_part in task["task"]["name"]:
+                yield from task["hosts"].values()
+
+
+def stats(out):
+    return next(iter(out["stats"].values()))
+
+
+def pids(run_dir):
+    return sorted(p.name for p in Path(run_dir).glob("*.pid"))
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the supervisor reads /proc")
+def test_deploy_idempotent_oom_and_stop(env):
+    e, extra, run_dir = env["env"], env["extra"], env["run_dir"]
+
+    rc, out = run(e, extra, "deploy.yml", "-e", "layout=ep8")
+    assert rc == 0, json.dumps(out["stats"])
+    facts = next(r for r in results(out, "Facts - measured readiness"))["ansible_facts"]["sglang_health"]
+    assert facts["layout"] == "ep8"
+    assert facts["max_total_num_tokens"] > 0
+    assert facts["predicted"]["kv_tokens"] > 0
+    assert facts["url"] == f"http://127.0.0.1:{env['port']}"
+    pid1 = (run_dir / "sglang-kimi-k2-6-ep8.service.pid").read_text()
+
+    rc, out = run(e, extra, "deploy.yml", "-e", "layout=ep8")
+    assert rc == 0
+    assert stats(out)["changed"] == 0, "a second deploy of the same layout must change nothing"
+    assert (run_dir / "sglang-kimi-k2-6-ep8.service.pid").read_text() == pid1
+
+    rc, out = run(e, extra, "deploy.yml", "-e", "layout=tp4ep2")
+    assert rc != 0
+    refused = next(results(out, "Preflight | Verdict"))
+    assert refused["failure_class"] == "refused"
+    assert (run_dir / "sglang-kimi-k2-6-ep8.service.pid").read_text() == pid1, "a refusal stops nothing"
+
+    rc, out = run(e, extra, "deploy.yml", "-e", "layout=tp4ep2", "-e", "sglang_force=true")
+    assert rc != 0
+    failed = next(results(out, "Health | Wait"))
+    assert failed["failure_class"] == "cuda_oom"
+    assert "CUDA out of memory" in failed["evidence"]["line"]
+    assert len(failed["evidence"]["log_tail"]) <= 30
+    assert not (run_dir / "sglang-kimi-k2-6-ep8.service.pid").exists(), (
+        "tp4ep2 shares ep8's GPUs: ep8 was stopped"
+    )
+
+    rc, out = run(e, extra, "stop.yml")
+    assert rc == 0
+    assert pids(run_dir) == []
