@@ -120,8 +120,10 @@ class Rendezvous:
     # -- node rank 0: the store ---------------------------------------------------------------
     async def _serve(self) -> None:
         self._all_joined = asyncio.Event()
-        # torch's TCPStore server listens on every interface of the host.
-        self._server = await asyncio.start_server(self._on_client, None, self.port, reuse_address=True)
+        # torch's TCPStore server listens on every interface of the host (IPv4 unless the
+        # rendezvous address is an IPv6 literal: containers often have IPv6 switched off).
+        bind = "::" if ":" in self.host else "0.0.0.0"
+        self._server = await asyncio.start_server(self._on_client, bind, self.port, reuse_address=True)
         try:
             await asyncio.wait_for(self._all_joined.wait(), self.timeout_s)
         except asyncio.TimeoutError:
