@@ -210,3 +210,26 @@ def test_rank1_joins_late_within_the_timeout():
         time.sleep(2)
         with node(1, d, env={"SGLANG_SIM_DIST_TIMEOUT": "10"}):
             r0.wait_ready(20)
+
+
+def test_a_fatal_message_from_a_node_counts_as_its_death():
+    """The rendezvous protocol itself: HELLO, READY, then FATAL from the other end."""
+    d = free_port()
+    with node(0, d) as r0:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                peer = socket.create_connection(("127.0.0.1", d), timeout=5)
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        with peer:
+            peer.sendall(b"SGLANG_SIM HELLO 1 2\n")
+            assert peer.makefile("rb").readline() == b"SGLANG_SIM READY\n"
+            r0.wait_ready(20)
+            t = time.monotonic()
+            peer.sendall(b"SGLANG_SIM FATAL scheduler died\n")
+            assert r0.wait_exit(TIMEOUT + 15) == -9
+            t_line, _ = r0.wait_for_line("Watchdog caught collective operation timeout")
+            assert t_line - t >= TIMEOUT - 0.5
