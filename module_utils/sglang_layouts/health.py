@@ -154,7 +154,13 @@ def systemd_state(unit: str, systemctl="systemctl") -> ProcState:
     out = subprocess.run([systemctl, "show", unit, "-p", props], capture_output=True, text=True)
     d = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
     active = d.get("ActiveState", "")
-    alive = active in ("active", "activating", "reloading", "deactivating") and d.get("SubState") != "exited"
+    # "activating (auto-restart)" is a dead process waiting for Restart=: not alive.
+    alive = active in ("active", "activating", "reloading", "deactivating") and d.get("SubState") not in (
+        "exited",
+        "auto-restart",
+        "dead",
+        "failed",
+    )
     code = d.get("ExecMainCode", "0")
     status = d.get("ExecMainStatus", "0")
     started = None
