@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from . import logclass, supervisor
 
 TAIL = 30
+MAX_LINE = 2000
 REDACT_KEYS = ("api_key", "admin_api_key", "ssl_keyfile_password")
 
 
@@ -346,7 +347,10 @@ def wait_ready(
     def feed(lines):
         nonlocal found, found_at, ready_line
         for line in lines:
-            tail.append(line)
+            # server_args=ServerArgs(...) alone is ~10 kB: keep the evidence readable.
+            tail.append(
+                line if len(line) <= MAX_LINE else f"{line[:MAX_LINE]}... [{len(line) - MAX_LINE} more chars]"
+            )
             m = logclass.classify_line(line)
             if m and found is None:
                 found_at = time.monotonic()
