@@ -1,0 +1,123 @@
+"""library/sglang_bench.py and library/sglang_result.py run by ansible-core itself.
+
+The load generator runs under the host's bare /usr/bin/python3 (no aiohttp) against a real
+loopback server; check mode sends nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from bench_fake_server import FakeServer
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE = Path(sys.executable).with_name("ansible")
+HOST_PY = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+
+pytestmark = pytest.mark.skipif(
+    not ANSIBLE.exists(), reason="ansible-core is not installed beside this python"
+)
+
+
+def run_module(tmp_path, module, args: dict, python=HOST_PY, check=False):
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_STDOUT_CALLBACK="json",
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
+        ANSIBLE_CACHE_PLUGIN="memory",
+    )
+    cmd = [str(ANSIBLE), "localhost", "-i", "localhost,", "-c", "local", "-m", module, "-a", json.dumps(args)]
+    cmd += ["-e", f"ansible_python_interpreter={python}"] + (["--check"] if check else [])
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert "{" in proc.stdout, f"no JSON from ansible: {proc.stdout}\n{proc.stderr}"
+    out = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{") :])[0]
+    return out["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+def test_module_measures_under_the_bare_host_python(tmp_path):
+    progress = tmp_path / "p" / "bench.progress"
+    with FakeServer(step_s=0.002, first_s=0.01) as srv:
+        res = run_module(
+            tmp_path,
+            "sglang_bench",
+            {
+                "url": srv.url,
+                "concurrency": [1, 2],
+                "input_len": 16,
+                "output_len": 4,
+                "prompts_per_stream": 2,
+                "min_prompts": 2,
+                "api_key": "s3cret-key",
+                "progress_file": str(progress),
+            },
+        )
+    assert not res.get("failed"), res
+    b = res["ansible_facts"]["sglang_bench"]
+    assert [lv["concurrency"] for lv in b["levels"]] == [1, 2]
+    assert [lv["completed"] for lv in b["levels"]] == [2, 4]
+    assert set(b["levels"][0]["ttft_ms"]) == {"mean", "p50", "p90", "p99"}
+    assert b["summary"]["peak_concurrency"] in (1, 2) and b["summary"]["single_request_tok_s"] > 0
+    assert b["config"]["api_key_set"] is True and "s3cret-key" not in json.dumps(res)
+    assert set(b["formulas"]) >= {
+        "ttft_ms",
+        "itl_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "output_tok_s",
+        "achieved_concurrency",
+    }
+    lines = progress.read_text().splitlines()
+    assert [ln.split(" ", 1)[1].split(":")[0] for ln in lines] == [
+        "level c=1 start",
+        "level c=1 done",
+        "level c=2 start",
+        "level c=2 done",
+        "bench finished",
+    ]
+
+
+def test_check_mode_sends_nothing(tmp_path):
+    with FakeServer() as srv:
+        res = run_module(tmp_path, "sglang_bench", {"url": srv.url, "concurrency": [1]}, check=True)
+        assert srv.state.count == 0 and srv.state.flushes == 0
+    assert not res.get("failed"), res
+    assert "no request sent" in res["msg"]
+    assert res["ansible_facts"]["sglang_bench"]["config"]["num_prompts"] == [8]
+
+
+def test_unreachable_server_fails_with_a_class(tmp_path):
+    res = run_module(tmp_path, "sglang_bench", {"url": "http://127.0.0.1:9", "concurrency": [1]})
+    assert res["failed"] and res["failure_class"] == "bench_unreachable" and "not reachable" in res["msg"]
+
+
+def test_result_module_stores_queries_and_never_overwrites(tmp_path):
+    rd = str(tmp_path / "results")
+    base = {"results_dir": rd, "run_id": "r1", "host": "h", "layout": "tp8"}
+    q = run_module(tmp_path, "sglang_result", {**base, "state": "query"}, python=sys.executable)
+    assert q["exists"] is False
+    s1 = run_module(
+        tmp_path,
+        "sglang_result",
+        {
+            **base,
+            "status": "skipped",
+            "failure_class": "oom",
+            "plan": {"verdict": "oom", "reasons": ["too big"]},
+        },
+        python=sys.executable,
+    )
+    assert s1["changed"] and s1["path"].endswith("r1/h/tp8.json") and s1["attempt"] == 1
+    s2 = run_module(tmp_path, "sglang_result", {**base, "status": "failed"}, python=sys.executable)
+    assert s2["path"].endswith("r1/h/tp8.attempt2.json")
+    assert json.loads(Path(s1["path"]).read_text())["status"] == "skipped"
+    q = run_module(tmp_path, "sglang_result", {**base, "state": "query"}, python=sys.executable)
+    assert (q["exists"], q["attempts"], q["status"]) == (True, [1, 2], "failed")
+    latest = run_module(tmp_path, "sglang_result", {**base, "state": "latest"}, python=sys.executable)
+    assert latest["changed"] and os.readlink(Path(rd) / "latest") == "r1"
