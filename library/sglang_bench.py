@@ -30,7 +30,7 @@ options:
   api:
     description: Which route to load. C(generate) is SGLang's native C(/generate); C(completions) is
       C(/v1/completions) (token-id prompt); C(chat) is C(/v1/chat/completions) (random common words, about
-      one token each: the server's C(prompt_tokens) are reported).
+      one token each; the server's C(prompt_tokens) are reported).
     type: str
     choices: [generate, completions, chat]
     default: generate

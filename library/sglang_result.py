@@ -15,7 +15,7 @@ description:
     from the plan entry, the health facts and the benchmark facts, and stores it.
   - C(state=query) says whether a (run, host, layout) already has a record (sweeps resume with it).
   - C(state=latest) points C(<results_dir>/latest) at O(run_id) (symlink swapped in atomically).
-  - Run it on the controller (C(delegate_to: localhost)).
+  - Run it on the controller (delegate the task to localhost).
 version_added: "0.1.0"
 author: sglang-layouts contributors
 options:
