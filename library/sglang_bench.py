@@ -145,8 +145,9 @@ ansible_facts:
     sglang_bench:
       description: >-
         Summary, one entry per level, the configuration, what the server said it is, and the formula of every
-        figure. Clock: time.perf_counter() on the client (monotonic); t_start is taken before the TCP connect of
-        a request, t_first_token is the arrival of the first chunk that carries output, t_end the arrival of the
+        figure. Clock: time.perf_counter() on the client (monotonic); every stream keeps one keep-alive
+        connection opened before the level starts, and t_start is taken just before a request is written (before
+        the TCP connect when the connection had to be reopened); t_first_token is the arrival of the first chunk that carries output, t_end the arrival of the
         last chunk ([DONE] included). All latency figures are over completed requests only.
         Statistics: mean is the arithmetic mean; pXX is linear interpolation between closest ranks
         (numpy.percentile's default): x[floor(h)] + (h - floor(h)) x (x[floor(h)+1] - x[floor(h)]),

@@ -36,7 +36,10 @@ ACHIEVED_CONCURRENCY_WARN = 0.9
 STAT_KEYS = ("mean", "p50", "p90", "p99")
 
 FORMULAS = {
-    "clock": "time.perf_counter() on the client (monotonic); t_start is taken before the TCP connect of the request",
+    "clock": "time.perf_counter() on the client (monotonic, CLOCK_MONOTONIC on Linux); each stream keeps one HTTP/1.1 "
+    "keep-alive connection, opened before the level starts; t_start is taken just before the request is written "
+    "(before the TCP connect when a connection has to be reopened); arrival times are taken in "
+    "asyncio.Protocol.data_received, before any parsing",
     "completed": "requests that returned HTTP 200, streamed to [DONE] (or a finish_reason) without an error event, "
     "and produced at least one output token; everything else is failed",
     "failed": "requests with a non-200 status, a connection error, an error event, a timeout (request_timeout) "

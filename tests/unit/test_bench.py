@@ -27,7 +27,8 @@ def test_default_num_prompts_grows_with_concurrency_and_is_bounded():
         assert bench.default_num_prompts(c) >= 4 * c
     cfg = bench.make_config("http://127.0.0.1:1", concurrency=[1, 4, 64], prompts_per_stream=2, min_prompts=4)
     assert cfg["num_prompts"] == [4, 8, 128]
-    assert bench.make_config("http://127.0.0.1:1", concurrency=[1, 64], num_prompts=5)["num_prompts"] == [5, 5]
+    fixed = bench.make_config("http://127.0.0.1:1", concurrency=[1, 64], num_prompts=5)
+    assert fixed["num_prompts"] == [5, 5]
 
 
 @pytest.mark.parametrize(
