@@ -65,11 +65,17 @@ def setup(tmp_path: Path, driver: str = "580.159.04", nvcc: str | None = None) -
     return {"inv": inv, "bin": bin_dir, "cuda": cuda}
 
 
+def plain(value):
+    """A cached value without ansible-core 2.19's serialized tags ({'value': ..., 'tags': ...})."""
+    return value["value"] if isinstance(value, dict) and "__ansible_type" in value else value
+
+
 def provision(tmp_path: Path, env: dict, *args: str) -> tuple[int, str]:
     penv = dict(
         os.environ,
         ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_CACHE_PLUGIN="memory",
+        ANSIBLE_CACHE_PLUGIN="jsonfile",  # as ansible.cfg, but in tmp_path
+        ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"),
         ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
         ANSIBLE_FORCE_COLOR="0",
         ANSIBLE_CALLBACK_RESULT_FORMAT="json",  # one line per value: long paths are not wrapped
@@ -90,6 +96,13 @@ def test_facts_outrank_inventory_and_cuda_existing_passes(tmp_path):
     assert "NVIDIA driver 580.159.04 (>= 580.65.06)" in out
     assert f"nvcc in {env['cuda']} is release 13.0" in out
     assert f'"cuda_home": "{env["cuda"]}"' in out
+    # deploy.yml is a later run: it reads these from the fact cache.
+    (cache_file,) = (tmp_path / "facts").glob("*gpu-host")  # ansible-core 2.19 names it s1_gpu-host
+    cached = json.loads(cache_file.read_text())
+    cached = json.loads(cached["__payload__"]) if "__payload__" in cached else cached
+    assert plain(cached["cuda_home"]) == str(env["cuda"])
+    hw = tuple(plain(cached[k]) for k in ("gpu_count", "gpu_memory_gib", "gpu_interconnect"))
+    assert hw == (1, 139.8, "none")
 
 
 def test_check_mode_runs_the_same_reads(tmp_path):
