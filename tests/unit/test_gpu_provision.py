@@ -141,3 +141,11 @@ def test_sim_hosts_are_skipped(tmp_path):
     assert rc == 0, out
     assert "sglang_engine is sim: nothing to provision" in out
     assert "Read the GPUs" not in out
+
+
+def test_unknown_cuda_method_is_refused_before_anything(tmp_path):
+    env = setup(tmp_path)
+    rc, out = provision(tmp_path, env, "-e", "cuda_method=yum")
+    assert rc != 0
+    assert "cuda_method" in out
+    assert "apt, existing, wheels" in out
