@@ -818,6 +818,10 @@ def _place_replicas(plan, spec, lay, par, serving, args, hardware, cluster, eng)
             str(plan["port"]),
             "--policy",
             "cache_aware",
+            # every router opens a Prometheus listener (29000 by default): one per router, or the
+            # second router on a host loses its API port while staying alive (docs/router.md)
+            "--prometheus-port",
+            str(plan["port"] + 1000),
         ],
     }
     plan["router"]["argv"] = [*ROUTER_LAUNCHER, *plan["router"]["flags"]]
