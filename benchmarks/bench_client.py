@@ -67,7 +67,18 @@ def compare_with_schedule(level, schedule):
             d_itl.extend(abs(a - b) for a, b in zip(r["itl_ms"], gaps, strict=True))
         req_delivery.append(1000 * (e["arrival"] - r["t_start"]))
         tok_delivery.append(r["ttft_ms"] - 1000 * (e["first_token"] - r["t_start"]))
+    # the client's own re-issue lag: a stream's next request leaves after its previous answer ended
+    by_worker = {}
+    for r in level["requests"]:
+        by_worker.setdefault(r["worker"], []).append(r)
+    reissue = []
+    for reqs in by_worker.values():
+        reqs.sort(key=lambda r: r["t_start"])
+        pairs = zip(reqs, reqs[1:], strict=False)  # noqa: RUF007
+        reissue.extend(1000 * (b["t_start"] - (a["t_complete"] or a["t_end"])) for a, b in pairs)
     return {
+        "reissue_lag_ms_median": statistics.median(reissue) if reissue else None,
+        "reissue_lag_ms_p99": bench.percentile(reissue, 99) if reissue else None,
         "matched": matched,
         "ttft_abs_diff_ms_median": statistics.median(d_ttft) if d_ttft else None,
         "itl_abs_diff_ms_median": statistics.median(d_itl) if d_itl else None,
@@ -235,6 +246,10 @@ def main(argv=None):
     print(
         f"   TTFT split: request delivery (send -> simulator parsed it) median {cmp_['request_delivery_ms_median']:.3f} ms,"
         f" first-token delivery (due -> client read it) median {cmp_['first_token_delivery_ms_median']:.3f} ms"
+    )
+    print(
+        f"   client re-issue lag (answer complete -> next request of that stream written): median "
+        f"{cmp_['reissue_lag_ms_median']:.3f} ms, p99 {cmp_['reissue_lag_ms_p99']:.3f} ms"
     )
     lat = (sim_stats or {}).get("lateness_ms") or {}
     if lat.get("median") is not None:

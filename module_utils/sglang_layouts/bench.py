@@ -229,6 +229,7 @@ class _Response:
         self.t_done = None
         self.body = b""
         self.complete = False  # the body ended where HTTP framing says it ends
+        self.t_complete = None
         self.keep_alive = True
 
     def feed(self, data, t):
@@ -271,6 +272,7 @@ class _Response:
                 self.keep_alive = False
 
     def _end(self):
+        self.t_complete = time.perf_counter()
         self.complete = True
         self.finish(None)
 
@@ -395,6 +397,11 @@ class Endpoint:
         return (head + "\r\n").encode("latin-1") + body
 
 
+def _expire(done):
+    if not done.done():
+        done.set_exception(asyncio.TimeoutError())
+
+
 class Client:
     """One worker's connection: reused across its requests (keep-alive), reopened when the server closes it.
 
@@ -498,7 +505,13 @@ class Client:
                 if self.conn.closed:
                     response.finish(self.conn.lost)
             remaining = timeout - (time.perf_counter() - out["t_start"])
-            exc = await asyncio.wait_for(asyncio.shield(done), max(remaining, 0.001))
+            # A timer instead of wait_for(shield(...)): the task resumes one loop iteration after the
+            # answer ends, so the stream's next request leaves at once.
+            timer = loop.call_later(max(remaining, 0.001), _expire, done)
+            try:
+                exc = await done
+            finally:
+                timer.cancel()
         except asyncio.TimeoutError:
             out["error"] = f"timeout after {timeout:g} s"
             out["t_end"] = time.perf_counter()
@@ -515,6 +528,7 @@ class Client:
         out["status"] = response.status
         out["events"] = response.events
         out["done_seen"] = response.t_done is not None
+        out["t_complete"] = response.t_complete
         out["t_end"] = response.t_done or (response.events[-1][0] if response.events else time.perf_counter())
         if response.status is None:
             out["error"] = f"connection closed before a response: {exc or 'EOF'}"
@@ -625,6 +639,8 @@ def analyse(api, raw):
         "error": raw.get("error"),
         "t_start": raw["t_start"],
         "t_end": raw["t_end"],
+        "worker": raw.get("worker"),
+        "t_complete": raw.get("t_complete"),
         "e2e": raw["t_end"] - raw["t_start"],
         "ttft": None,
         "itl": [],
@@ -711,12 +727,13 @@ async def _run_requests(clients, cfg, bodies):
     queue.reverse()
     outcomes = [None] * len(bodies)
 
-    async def worker(client):
+    async def worker(w, client):
         while queue:
             i, body = queue.pop()
             outcomes[i] = await client.request(cfg["path"], body, cfg["request_timeout"])
+            outcomes[i]["worker"] = w
 
-    await asyncio.gather(*(worker(cl) for cl in clients[: len(bodies)]))
+    await asyncio.gather(*(worker(w, cl) for w, cl in enumerate(clients[: len(bodies)])))
     return outcomes
 
 
@@ -838,6 +855,9 @@ async def run_level(cfg, level_index, progress=None, keep_requests=False):
                 "rid": rid,
                 "ok": r["ok"],
                 "t_start": r["t_start"],
+                "t_end": r["t_end"],
+                "worker": r["worker"],
+                "t_complete": r["t_complete"],
                 "error": r["error"],
                 "ttft_ms": None if r["ttft"] is None else 1000.0 * r["ttft"],
                 "e2e_ms": 1000.0 * r["e2e"],
