@@ -367,7 +367,7 @@ def wait_ready(
             "log_tail": list(tail),
             "exit_status": state.exit_status if state and not state.alive else None,
         }
-        what = f"{cls}: {line}" if line else f"{cls}: {ev['exit_status'] or 'no fatal line'}"
+        what = f"{cls}: {line[:300]}" if line else f"{cls}: {ev['exit_status'] or 'no fatal line'}"
         raise HealthFailure(
             cls, f"{base_url} did not become ready ({round(time.monotonic() - t0, 1)} s): {what}", ev, hint
         )
