@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import socket
 import statistics
 import sys
@@ -221,6 +222,8 @@ def main(argv=None) -> int:
     }
     runs = []
     ok = True
+    # Interrupted (Ctrl-C, a timeout's SIGTERM): unwind through one_run's finally, which stops the engine.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="bench-health-") as run_dir:
         os.chmod(run_dir, 0o755)
         print(f"{'fault':<14} {'class':<14} {'n':>3} {'median s':>9} {'p90 s':>7} {'max s':>7}  from")
