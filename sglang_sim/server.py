@@ -201,6 +201,7 @@ class Sim:
         self.schedulers: list[Scheduler] = []
         self._rr = 0
         self.schedule_log = None
+        self._pending_log: list = []
         if args.sim_schedule_log:
             self.schedule_log = open(args.sim_schedule_log, "a", buffering=1)  # noqa: SIM115
         self.hf = {}
@@ -632,18 +633,27 @@ class Sim:
         return s
 
     def finish(self, r: Req, t_end: float) -> None:
-        if self.schedule_log is not None:
-            self.schedule_log.write(json.dumps(r.schedule_record()) + "\n")
-        if r.kind == "health":
-            return  # health probes count for nothing (SGLang: log_metrics=False), faults included
-        self.finished_count += 1
-        self.prompt_tokens_total += r.prompt_tokens
-        if r.conn is not None:
+        if r.kind != "health" and r.conn is not None:
+            # the client's clock stops at the end marker: send it before any bookkeeping
             if r.stream:
                 r.conn.end_stream()
             else:
                 r.conn.json(200, r.final_body(t_end))
+        if self.schedule_log is not None:
+            # written after the step's sends, so 64 streams finishing together do not wait on 64 log lines
+            self._pending_log.append(r)
+            if len(self._pending_log) == 1:
+                asyncio.get_running_loop().call_soon(self._flush_schedule_log)
+        if r.kind == "health":
+            return  # health probes count for nothing (SGLang: log_metrics=False), faults included
+        self.finished_count += 1
+        self.prompt_tokens_total += r.prompt_tokens
         self._check_faults()
+
+    def _flush_schedule_log(self) -> None:
+        done, self._pending_log = self._pending_log, []
+        if self.schedule_log is not None and done:
+            self.schedule_log.write("".join(json.dumps(r.schedule_record()) + "\n" for r in done))
 
     def _check_faults(self) -> None:
         n = self.finished_count
