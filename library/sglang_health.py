@@ -24,8 +24,10 @@ options:
       - C(preflight) only checks, before anything on the host changes, that the layout may start.
         The planner's I(verdict) must not be oom or invalid unless I(force) is set. The port must be free or held by
         one of I(own_units). I(model_path) must exist. A refusal fails with C(failure_class=refused) and C(reasons).
+      - C(alive) checks, without HTTP, that the engine still runs and logged no fatal line since the start
+        (node ranks >= 1 of a multi-node layout, whose C(/health) proves nothing).
     type: str
-    choices: [wait, preflight]
+    choices: [wait, preflight, alive]
     default: wait
   verdict:
     description: The planner's verdict for the layout (mode=preflight).
@@ -198,7 +200,7 @@ def preflight(module, url):
 def main():
     module = AnsibleModule(
         argument_spec={
-            "mode": {"type": "str", "choices": ["wait", "preflight"], "default": "wait"},
+            "mode": {"type": "str", "choices": ["wait", "preflight", "alive"], "default": "wait"},
             "verdict": {"type": "str", "choices": ["fits", "oom", "invalid"], "default": "fits"},
             "reasons": {"type": "list", "elements": "str", "default": []},
             "force": {"type": "bool", "default": False},
@@ -253,6 +255,19 @@ def main():
         def state_fn():
             return health.process_state(p["run_dir"], p["unit"])
 
+    if p["mode"] == "alive":
+        try:
+            health.check_alive(follower, state_fn)
+        except health.HealthFailure as exc:
+            module.fail_json(
+                msg=exc.msg,
+                failure_class=exc.failure_class,
+                evidence=exc.evidence,
+                hint=exc.hint,
+                unit=p["unit"],
+                url=url,
+            )
+        module.exit_json(changed=False, unit=p["unit"], msg=f"{p['unit']} runs and logged no fatal line")
     try:
         facts = health.wait_ready(
             url,

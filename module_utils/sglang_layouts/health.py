@@ -438,6 +438,29 @@ def wait_ready(
         follower.close()
 
 
+def check_alive(follower, state_fn, settle: float = 0.3) -> None:
+    """No HTTP: the engine still runs and logged nothing fatal since the start, or HealthFailure."""
+    time.sleep(settle)
+    try:
+        lines = follower.final()
+        if lines is None:
+            lines = follower.read()
+    finally:
+        follower.close()
+    tail = [ln if len(ln) <= MAX_LINE else ln[:MAX_LINE] + " [...]" for ln in lines[-TAIL:]]
+    found = logclass.classify(lines)
+    state = state_fn()
+    if found is None and state.alive:
+        return
+    if found is not None:
+        cls, line, hint = found.cls, found.line, found.hint
+    else:
+        (cls, hint), line = logclass.classify_exit(state.exit_code, state.signal), None
+    ev = {"line": line, "log_tail": tail, "exit_status": None if state.alive else state.exit_status}
+    what = line[:300] if line else ev["exit_status"]
+    raise HealthFailure(cls, f"the engine is not healthy: {cls}: {what}", ev, hint)
+
+
 # ---------------------------------------------------------------- preflight
 
 

@@ -274,3 +274,23 @@ def test_preflight_port_and_model_path(tmp_path):
         assert any(f"port {port}" in x for x in problems)
         # held by one of our layout units: fine
         assert health.preflight("fits", [], False, str(tmp_path), "127.0.0.1", port, True) == []
+
+
+def test_check_alive_for_node_ranks_above_zero(log):
+    off = log.stat().st_size
+    with open(log, "a") as f:
+        f.write("[TP8] Load weight begin. avail mem=94.47 GB\n")
+    health.check_alive(health.FileFollower(str(log), off), Alive(), settle=0)
+    with open(log, "a") as f:
+        f.write(
+            "torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 8/16 clients joined.\n"
+        )
+    with pytest.raises(health.HealthFailure) as ei:
+        health.check_alive(health.FileFollower(str(log), off), Alive(), settle=0)
+    assert ei.value.failure_class == "nccl_timeout"
+    dead = Alive()
+    dead.alive, dead.code = False, 1
+    with pytest.raises(health.HealthFailure) as ei:
+        health.check_alive(health.FileFollower(str(log), log.stat().st_size), dead, settle=0)
+    assert ei.value.failure_class == "crashed"
+    assert ei.value.evidence["exit_status"] == "exited with status 1"
