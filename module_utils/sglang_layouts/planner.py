@@ -861,7 +861,7 @@ def normalize_hardware(hw: dict) -> dict:
         raise PlanError(f"gpu_memory_gib must be positive, not {hw['gpu_memory_gib']!r}")
     ic = str(hw.get("gpu_interconnect") or "pcie").lower()
     if ic not in ("pcie", "nvlink", "none", "single"):
-        raise PlanError(f"gpu_interconnect must be pcie or nvlink, not {hw.get('gpu_interconnect')!r}")
+        raise PlanError(f"gpu_interconnect must be pcie, nvlink or none, not {hw.get('gpu_interconnect')!r}")
     out["gpu_interconnect"] = ic
     bw = hw.get("gpu_memory_bandwidth_gbs")
     out["gpu_memory_bandwidth_gbs"] = (
