@@ -4,7 +4,7 @@
 
 Each run starts the simulated engine (sglang_sim, SGLang's log lines and exit paths) under the
 process supervisor (module_utils/sglang_layouts/supervisor.py) with a fault, and runs the same
-gate as library/sglang_health.py (health.wait_ready, poll 0.2 s, grace 1.0 s) on its log file.
+gate as library/sglang_health.py (health.wait_ready, poll 0.2 s, grace 30 s) on its log file.
 An independent watcher polls the log file and the process group every 5 ms and records the
 first moment the fatal line is on disk or the process has exited. The latency printed is
 verdict time minus that moment (median, p90, max over N runs per fault):
@@ -178,7 +178,7 @@ def one_run(kind: str, run_dir: str, i: int) -> dict:
                     lambda: health.process_state(run_dir, name),
                     timeout=120,
                     poll=0.2,
-                    grace=1.0,
+                    grace=30.0,
                 )
                 result["cls"] = "ready"
             except health.HealthFailure as exc:

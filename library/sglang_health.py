@@ -86,9 +86,12 @@ options:
     type: float
     default: 0.2
   grace:
-    description: After a generic fatal line (for example C(Scheduler hit an exception)), seconds to wait for the specific line that names the cause.
+    description:
+      - Seconds a generic fatal line (a traceback, C(Scheduler hit an exception)) may stand while the process
+        still runs and the server is not ready, before the gate fails with C(crashed).
+      - SGLang kills itself right after such a line, so the process exit normally decides first.
     type: float
-    default: 1.0
+    default: 30
   confirm:
     description: Confirm readiness with a one-token C(/generate), then read C(/server_info) and C(/model_info).
     type: bool
@@ -215,7 +218,7 @@ def main():
             "log_offset": {"type": "int", "default": 0},
             "timeout": {"type": "float", "default": 1800},
             "poll": {"type": "float", "default": 0.2},
-            "grace": {"type": "float", "default": 1.0},
+            "grace": {"type": "float", "default": 30.0},
             "confirm": {"type": "bool", "default": True},
             "api_key": {"type": "str", "no_log": True},
         },

@@ -6,7 +6,9 @@ the engine's log from *this* start (journald after a cursor / for one
 invocation, or a log file from its size at start) is classified line by line
 (logclass.py), and the unit's or process's state is polled. A fatal line or
 the process's exit gives a verdict at once (a generic line such as
-`Scheduler hit an exception` waits up to `grace` seconds for the specific line
+`Scheduler hit an exception` decides only with the process's exit (SGLang kills itself right
+after it) or when it stands `grace` seconds (default 30) without the server becoming ready; a
+non-fatal traceback of a live server does not fail the gate. The specific line
 that follows it); the HTTP probe runs in its own thread so a slow /health
 never delays that verdict.
 
@@ -330,7 +332,7 @@ def wait_ready(
     state_fn,
     timeout: float = 1800.0,
     poll: float = 0.2,
-    grace: float = 1.0,
+    grace: float = 30.0,
     api_key=None,
     confirm: bool = True,
     on_verdict=None,
@@ -403,7 +405,7 @@ def wait_ready(
                     fail(found.cls, found.line, found.hint, state)
                 cls, hint = logclass.classify_exit(state.exit_code, state.signal)
                 fail(cls, None, hint, state)
-            if found is not None and time.monotonic() - found_at >= grace:
+            if found is not None and prober.phase != "ready" and time.monotonic() - found_at >= grace:
                 fail(found.cls, found.line, found.hint, state)
             if prober.phase == "ready":
                 try:

@@ -193,7 +193,7 @@ def test_fatal_line_gives_the_verdict_within_2s_while_the_process_lives(log, lin
     assert latency < 2.0
 
 
-def test_generic_line_waits_for_the_cause_then_gives_up_after_grace(log):
+def test_generic_line_alone_fails_only_after_grace_while_the_process_lives(log):
     state = Alive()
     append_later(log, ["Received sigquit from a child process. It usually means the child failed."], 0.2)
     t0 = time.monotonic()
@@ -294,3 +294,48 @@ def test_check_alive_for_node_ranks_above_zero(log):
         health.check_alive(health.FileFollower(str(log), log.stat().st_size), dead, settle=0)
     assert ei.value.failure_class == "crashed"
     assert ei.value.evidence["exit_status"] == "exited with status 1"
+
+
+def test_a_traceback_of_a_live_server_that_becomes_ready_is_not_fatal(log):
+    port = free_port()
+    server = {}
+
+    def bring_up():
+        time.sleep(0.6)
+        server["s"] = FakeSGLang(port)
+        server["s"].ready = True
+
+    threading.Thread(target=bring_up, daemon=True).start()
+    append_later(log, ["Traceback (most recent call last):", "NameError: name '_now' is not defined"], 0.1)
+    try:
+        facts = health.wait_ready(
+            f"http://127.0.0.1:{port}", health.FileFollower(str(log), log.stat().st_size), Alive(), timeout=20
+        )
+    finally:
+        server["s"].close()
+    assert facts["max_total_num_tokens"] == 172906
+
+
+def test_a_generic_line_then_the_exit_decides_at_once(log):
+    state = Alive()
+
+    def die():
+        time.sleep(0.4)
+        state.code = None
+        state.alive = False
+
+    append_later(
+        log, [PREFIX_EXC := "[TP0] Scheduler hit an exception: Traceback (most recent call last):"], 0.2
+    )
+    threading.Thread(target=die, daemon=True).start()
+    t0 = time.monotonic()
+    with pytest.raises(health.HealthFailure) as ei:
+        health.wait_ready(
+            f"http://127.0.0.1:{free_port()}",
+            health.FileFollower(str(log), log.stat().st_size),
+            state,
+            timeout=30,
+        )
+    assert ei.value.failure_class == "crashed"
+    assert ei.value.evidence["line"] == PREFIX_EXC
+    assert time.monotonic() - t0 < 2.5
