@@ -25,15 +25,11 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import sys
 
-SWITCH_ACTIONS = (
-    argparse._StoreTrueAction,
-    argparse._StoreFalseAction,
-    argparse._StoreConstAction,
-    argparse._AppendConstAction,
-    argparse._CountAction,
-)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also when loaded by file path
+from argparse_flags import describe
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,49 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def takes_value(action: argparse.Action) -> bool:
-    if isinstance(action, SWITCH_ACTIONS):
-        return False
-    if isinstance(action, argparse.BooleanOptionalAction):
-        return False
-    return action.nargs != 0
-
-
-def canonical(action: argparse.Action) -> str:
-    longs = [s for s in action.option_strings if s.startswith("--")]
-    want = "--" + action.dest.replace("_", "-")
-    if want in longs:
-        return want
-    return (longs or action.option_strings)[0]
-
-
-def describe(parser: argparse.ArgumentParser) -> dict[str, dict]:
-    flags: dict[str, dict] = {}
-    for action in parser._actions:
-        if isinstance(action, argparse._HelpAction) or not action.option_strings:
-            continue
-        key = canonical(action)
-        if key in flags:
-            raise SystemExit(f"dump_sglang_flags: two actions claim {key}")
-        choices = None
-        if action.choices is not None:
-            choices = [str(c) for c in action.choices]
-            if not isinstance(action.choices, (list, tuple, range, dict)):
-                choices.sort()  # a set (e.g. --sampling-backend): no order to keep, keep the file stable
-        flags[key] = {
-            "dest": action.dest,
-            "aliases": [s for s in action.option_strings if s != key],
-            "takes_value": takes_value(action),
-            "nargs": action.nargs if takes_value(action) else None,
-            "choices": choices,
-        }
-    return dict(sorted(flags.items()))
-
-
 def document() -> dict:
     return {
         "sglang_version": importlib.metadata.version("sglang"),
-        "flags": describe(build_parser()),
+        "flags": describe(build_parser(), "dump_sglang_flags"),
     }
 
 

@@ -30,16 +30,11 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import sys
 
-SWITCH_ACTIONS = (
-    argparse._StoreTrueAction,
-    argparse._StoreFalseAction,
-    argparse._StoreConstAction,
-    argparse._AppendConstAction,
-    argparse._CountAction,
-    argparse.BooleanOptionalAction,
-)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also when loaded by file path
+from argparse_flags import describe
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,42 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
     top = FlexibleArgumentParser(prog="vllm")
     subparsers = top.add_subparsers(required=False, dest="subparser")
     return ServeSubcommand().subparser_init(subparsers)
-
-
-def takes_value(action: argparse.Action) -> bool:
-    if isinstance(action, SWITCH_ACTIONS):
-        return False
-    return action.nargs != 0
-
-
-def canonical(action: argparse.Action) -> str:
-    longs = [s for s in action.option_strings if s.startswith("--")]
-    want = "--" + action.dest.replace("_", "-")
-    if want in longs:
-        return want
-    return (longs or action.option_strings)[0]
-
-
-def describe(parser: argparse.ArgumentParser) -> dict[str, dict]:
-    flags: dict[str, dict] = {}
-    for action in parser._actions:
-        if isinstance(action, argparse._HelpAction) or not action.option_strings:
-            continue
-        key = canonical(action)
-        if key in flags:
-            raise SystemExit(f"dump_vllm_flags: two actions claim {key}")
-        choices = None
-        if action.choices is not None:
-            choices = [str(c) for c in action.choices]
-        value = takes_value(action)
-        flags[key] = {
-            "dest": action.dest,
-            "aliases": [s for s in action.option_strings if s != key],
-            "takes_value": value,
-            "nargs": action.nargs if value else None,
-            "choices": choices,
-        }
-    return dict(sorted(flags.items()))
 
 
 def vllm_version() -> str:
@@ -104,7 +63,7 @@ def main() -> int:
     doc = {
         "vllm_version": vllm_version(),
         "positionals": [a.dest for a in parser._actions if not a.option_strings],
-        "flags": describe(parser),
+        "flags": describe(parser, "dump_vllm_flags"),
     }
     json.dump(doc, sys.stdout, indent=1)
     sys.stdout.write("\n")
