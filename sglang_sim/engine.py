@@ -218,7 +218,8 @@ class Req:
                 f'"completion_tokens":{self.done},"finish_reason":{fin}{tail}\n\n'
             )
             data = body.encode()
-            return frame(data + DONE) if self.finished else frame(data)
+            # the last token, [DONE] and the end of the chunked body leave in one write
+            return frame(data + DONE) + CHUNK_END if self.finished else frame(data)
         fr = ("stop" if is_eos else "length") if self.finished else None
         frj = f'"{fr}"' if fr else "null"
         matched = str(EOS_ID) if is_eos else "null"
@@ -240,6 +241,7 @@ class Req:
             if self.include_usage:
                 out += self.usage_chunk()
             out += DONE
+            return frame(out) + CHUNK_END
         return frame(out)
 
     def usage(self) -> dict:

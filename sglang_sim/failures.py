@@ -5,6 +5,7 @@ Frames name SGLang's real files and functions; line numbers are illustrative.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -273,8 +274,14 @@ def split_traceback(reason: str) -> str:
     )
 
 
+BEFORE_EXIT: list = []  # callables run before the process kills itself (the schedule log's flush)
+
+
 def kill_self() -> None:
     """kill_process_tree(os.getpid()): the main process dies by SIGKILL of itself."""
+    for fn in BEFORE_EXIT:
+        with contextlib.suppress(Exception):
+            fn()
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGKILL)
 

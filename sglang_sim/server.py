@@ -41,6 +41,21 @@ REASONS = {
 }
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 MAX_HEADER = 64 * 1024
+LOG_IDLE_S = 0.02  # schedule log: written after the schedulers have been idle this long
+LOG_MAX_PENDING = 4096  # ... or when this many records wait
+_now = time.monotonic  # = asyncio's loop.time(): one clock for arrival and the schedule
+_date_cache = [0, ""]
+
+
+def _http_date() -> str:
+    """The Date header, formatted once per second (email.utils.formatdate costs ~10 us a call)."""
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache[0] = now
+        _date_cache[1] = formatdate(now, usegmt=True)
+    return _date_cache[1]
+
+
 MAX_BODY = 256 * 1024 * 1024
 
 
@@ -69,9 +84,9 @@ def parse_faults(spec: str | None) -> dict:
 
 
 # ----------------------------------------------------------------------------------------
-# HTTP/1.1 (keep-alive, chunked responses) on asyncio.Protocol: small and fast.
+# HTTP/1.1 (keep-alive, chunked responses) on asyncio.BufferedProtocol: small and fast.
 # ----------------------------------------------------------------------------------------
-class Conn(asyncio.Protocol):
+class Conn(asyncio.BufferedProtocol):
     def __init__(self, sim: Sim):
         self.sim = sim
         self.buf = bytearray()
@@ -80,14 +95,30 @@ class Conn(asyncio.Protocol):
         self.keep_alive = True
         self.req: Req | None = None
         self.transport = None
+        self.arrival = 0.0  # arrival of the request being served
         self.continued = False  # "100 Continue" sent for the request being read
+        self.t_data = self.t_last = 0.0  # loop time of the read that brought the request's first bytes
+        # recv_into() this buffer: asyncio's plain-Protocol reads allocate 256 KiB per recv (~14 us)
+        self.rbuf = memoryview(bytearray(65536))
 
     def connection_made(self, transport):
         self.transport = transport
 
+    def get_buffer(self, sizehint):
+        return self.rbuf
+
+    def buffer_updated(self, nbytes):
+        self.data_received(self.rbuf[:nbytes])
+
     def data_received(self, data):
         if self.sim.halted:
             return  # a hang: bytes are read and never answered
+        t = _now()
+        if not self.buf:
+            # the request's arrival: when its first bytes are read, before any parsing (SGLang's
+            # created_time is taken as the HTTP handler starts, also before the tokenizer)
+            self.t_data = t
+        self.t_last = t
         self.buf += data
         if not self.busy:
             self._next()
@@ -130,6 +161,9 @@ class Conn(asyncio.Protocol):
             self.continued = False
             body = bytes(self.buf[end + 4 : end + 4 + n])
             del self.buf[: end + 4 + n]
+            self.arrival = self.t_data
+            if self.buf:  # a pipelined request already read: its bytes came by the last read at the latest
+                self.t_data = self.t_last
             conn_hdr = headers.get("connection", "").lower()
             self.keep_alive = conn_hdr != "close" and (version != "HTTP/1.0" or conn_hdr == "keep-alive")
             self.busy = True
@@ -150,7 +184,7 @@ class Conn(asyncio.Protocol):
 
     def _head(self, status: int, ctype: str, extra: str) -> str:
         return (
-            f"HTTP/1.1 {status} {REASONS.get(status, 'OK')}\r\ndate: {formatdate(usegmt=True)}\r\n"
+            f"HTTP/1.1 {status} {REASONS.get(status, 'OK')}\r\ndate: {_http_date()}\r\n"
             f"server: uvicorn\r\ncontent-type: {ctype}\r\n{extra}"
             + ("" if self.keep_alive else "connection: close\r\n")
         )
@@ -202,8 +236,10 @@ class Sim:
         self._rr = 0
         self.schedule_log = None
         self._pending_log: list = []
+        self._log_timer = None
         if args.sim_schedule_log:
             self.schedule_log = open(args.sim_schedule_log, "a", buffering=1)  # noqa: SIM115
+            failures.BEFORE_EXIT.append(self._flush_schedule_log)
         self.hf = {}
         self.planner = self.spec = self.plan = None
         self.cost = None
@@ -570,6 +606,7 @@ class Sim:
         loop.add_signal_handler(signal.SIGINT, self._on_sigint)
 
     def _on_sigint(self) -> None:
+        self._flush_schedule_log()
         self.log.uvicorn("INFO", "Shutting down")
         sys.stderr.flush()
         os._exit(0)
@@ -636,21 +673,36 @@ class Sim:
         if r.kind != "health" and r.conn is not None:
             # the client's clock stops at the end marker: send it before any bookkeeping
             if r.stream:
-                r.conn.end_stream()
+                r.conn.done()  # the last chunk already ended the body (Req.advance)
             else:
                 r.conn.json(200, r.final_body(t_end))
         if self.schedule_log is not None:
-            # written after the step's sends, so 64 streams finishing together do not wait on 64 log lines
+            # Kept and written once the schedulers are idle (or on /sim/stats, at exit, or when
+            # LOG_MAX_PENDING are waiting): serialising the records of 64 streams that end together
+            # (128 token times each) takes ~5 ms, which delayed the requests that arrive right after.
             self._pending_log.append(r)
-            if len(self._pending_log) == 1:
-                asyncio.get_running_loop().call_soon(self._flush_schedule_log)
+            if len(self._pending_log) >= LOG_MAX_PENDING:
+                self._flush_schedule_log()
+            elif self._log_timer is None:
+                self._log_timer = asyncio.get_running_loop().call_later(LOG_IDLE_S, self._flush_when_idle)
         if r.kind == "health":
             return  # health probes count for nothing (SGLang: log_metrics=False), faults included
         self.finished_count += 1
         self.prompt_tokens_total += r.prompt_tokens
         self._check_faults()
 
+    def _flush_when_idle(self) -> None:
+        self._log_timer = None
+        busy = any(sc.running or sc.waiting for sc in self.schedulers)
+        if busy or _now() - self.last_output < LOG_IDLE_S:
+            self._log_timer = asyncio.get_running_loop().call_later(LOG_IDLE_S, self._flush_when_idle)
+        else:
+            self._flush_schedule_log()
+
     def _flush_schedule_log(self) -> None:
+        if self._log_timer is not None:
+            self._log_timer.cancel()
+            self._log_timer = None
         done, self._pending_log = self._pending_log, []
         if self.schedule_log is not None and done:
             self.schedule_log.write("".join(json.dumps(r.schedule_record()) + "\n" for r in done))
@@ -974,6 +1026,7 @@ class Sim:
                 "max": v[-1] * 1e3,
             }
 
+        self._flush_schedule_log()
         out = {
             "lateness_ms": summary(self.lateness),
             "wake_lateness_ms": summary(self.wake_lateness),
@@ -1045,7 +1098,7 @@ class Sim:
             seed=seed,
             model=model or self.args.served_model_name or self.args.model_path,  # OpenAI: as requested
             include_usage=include_usage,
-            arrival=loop.time(),
+            arrival=conn.arrival or loop.time(),
         )
         conn.req = r
         self.requests_total += 1
