@@ -89,6 +89,14 @@ def compare_with_schedule(level, schedule):
     }
 
 
+def server_side_tok_s(records):
+    """The load a client generated, as the simulator saw it: tokens / (last token due - first arrival)."""
+    if not records:
+        return None
+    span = max(e["token_times"][-1] for e in records) - min(e["arrival"] for e in records)
+    return sum(e["completion_tokens"] for e in records) / span if span > 0 else None
+
+
 def find_tokenizer(oracle_py):
     """The offline tokenizer the conformance tests build (bench_serving loads one even for random-ids)."""
     found = sorted((REPO / "build" / "conformance").glob("tokenizer-*/tokenizer.json"))
@@ -128,6 +136,9 @@ def run_bench_serving(oracle_py, url, args, workdir):
         str(args.output_len),
         "--random-range-ratio",
         "1.0",
+        # send the sampled ids as input_ids (backend sglang): without it bench_serving decodes them
+        # to text, which the simulator counts as words (64 asked -> ~41 tokens)
+        "--tokenize-prompt",
         "--num-prompts",
         str(args.num_prompts),
         "--max-concurrency",
@@ -164,8 +175,8 @@ def main(argv=None):
         "--prefill-ms-per-token",
         type=float,
         default=0.0,
-        help="simulated prefill cost; 0 by default because bench_serving's random-ids prompts come out shorter "
-        "than asked (the script prints both counts), which would otherwise change the workload, not the client",
+        help="simulated prefill cost (0 by default: a prefill then takes one decode step); bench_serving gets "
+        "--tokenize-prompt so both clients send 64 input_ids (the script prints the counts the simulator saw)",
     )
     ap.add_argument("--skip-oracle", action="store_true", help="only the comparison with the schedule")
     args = ap.parse_args(argv)
@@ -210,24 +221,25 @@ def main(argv=None):
                 theirs = run_bench_serving(oracle_py, url, args, work)
                 time.sleep(0.5)
                 sched = read_schedule(log)
-                their = [
-                    e
-                    for rid, e in sched.items()
-                    if not rid.startswith(("bench-client", "HEALTH_CHECK")) and e["arrival"] >= theirs["_t0"]
-                ]
+                their = sorted(
+                    (
+                        e
+                        for rid, e in sched.items()
+                        if not rid.startswith(("bench-client", "HEALTH_CHECK"))
+                        and e["arrival"] >= theirs["_t0"]
+                    ),
+                    key=lambda e: e["arrival"],
+                )[-args.num_prompts :]  # its warmup request(s) first: left out
                 theirs["_prompt_tokens"] = (
                     statistics.mean(e["prompt_tokens"] for e in their) if their else None
                 )
                 theirs["_completion_tokens"] = (
                     statistics.mean(e["completion_tokens"] for e in their) if their else None
                 )
-                their_sched_ttft = [
-                    1000 * (e["first_token"] - e["arrival"])
-                    for rid, e in sched.items()
-                    if not rid.startswith(("bench-client", "HEALTH_CHECK"))
-                    and e["arrival"] >= theirs["_t0"]
-                    and e["completion_tokens"] == args.output_len
-                ]
+                their_sched_ttft = [1000 * (e["first_token"] - e["arrival"]) for e in their]
+                theirs["_server_side"] = server_side_tok_s(their)
+                ours_sched = [sched[r["rid"]] for r in level["requests"] if r["rid"] in sched]
+                level["_server_side"] = server_side_tok_s(ours_sched)
 
     print(
         f"settings: {args.concurrency} streams, {args.num_prompts} requests, input {args.input_len} / output "
@@ -269,6 +281,16 @@ def main(argv=None):
         print(f"   sglang.bench_serving  output tok/s: {theirs['output_throughput']:.1f}")
         print(
             f"   ratio: {ratio:.4f}  ({100 * (ratio - 1):+.2f} %, target within +-{100 * RATIO_TARGET:.0f} %)"
+        )
+        print(
+            f"   duration: sglang_bench {level['duration_s']:.3f} s = first request sent -> last request's end; "
+            f"bench_serving {theirs['duration']:.3f} s = perf_counter before its first task is created -> after "
+            "gather() and its GET /server_info (serving.py benchmark())"
+        )
+        print(
+            "   same tokens over the simulator's span (first arrival -> last token due), per client: "
+            f"sglang_bench {level['_server_side']:.1f}, bench_serving {theirs['_server_side']:.1f} tok/s "
+            f"(ratio {level['_server_side'] / theirs['_server_side']:.4f})"
         )
         print(
             f"   TTFT median: sglang_bench {level['ttft_ms']['p50']:.2f} ms, bench_serving {theirs['median_ttft_ms']:.2f} ms, "

@@ -96,6 +96,7 @@ class Conn(asyncio.BufferedProtocol):
         self.req: Req | None = None
         self.transport = None
         self.arrival = 0.0  # arrival of the request being served
+        self.parse_pending = False
         self.continued = False  # "100 Continue" sent for the request being read
         self.t_data = self.t_last = 0.0  # loop time of the read that brought the request's first bytes
         # recv_into() this buffer: asyncio's plain-Protocol reads allocate 256 KiB per recv (~14 us)
@@ -120,8 +121,15 @@ class Conn(asyncio.BufferedProtocol):
             self.t_data = t
         self.t_last = t
         self.buf += data
-        if not self.busy:
-            self._next()
+        if not self.busy and not self.parse_pending:
+            # parsed in the next loop pass: every socket that is readable now is read (and its
+            # arrival stamped) first, so a burst of 64 requests is not stamped behind 63 parses
+            self.parse_pending = True
+            asyncio.get_running_loop().call_soon(self._parse_soon)
+
+    def _parse_soon(self):
+        self.parse_pending = False
+        self._next()
 
     def connection_lost(self, exc):
         self.closed = True

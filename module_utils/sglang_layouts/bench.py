@@ -348,6 +348,7 @@ class _Conn(asyncio.BufferedProtocol):
         self.closed = False
         self.lost = None
         self.buf = memoryview(bytearray(_RECV_BUFFER))
+        self.pending = []  # [(response, bytes, t)] read but not yet parsed
 
     def connection_made(self, transport):
         self.transport = transport
@@ -356,22 +357,33 @@ class _Conn(asyncio.BufferedProtocol):
         return self.buf
 
     def buffer_updated(self, nbytes):
-        t = time.perf_counter()
-        if self.response is not None:
-            self.response.feed(self.buf[:nbytes].tobytes(), t)
+        self._received(self.buf[:nbytes].tobytes(), time.perf_counter())
 
     def data_received(self, data):  # transports that do not use the buffer (older SSL paths)
-        t = time.perf_counter()
+        self._received(data, time.perf_counter())
+
+    def _received(self, data, t):
+        # Only timestamped here; parsed in the next loop pass, so that every socket that is readable
+        # at once (64 streams served by one decode step) is read and stamped before any is parsed.
         if self.response is not None:
-            self.response.feed(data, t)
+            if not self.pending:
+                asyncio.get_running_loop().call_soon(self._feed)
+            self.pending.append((self.response, data, t))
+
+    def _feed(self):
+        pending, self.pending = self.pending, []
+        for response, data, t in pending:
+            response.feed(data, t)
 
     def eof_received(self):
+        self._feed()
         self.closed = True
         if self.response is not None:
             self.response.finish(None)
         return False
 
     def connection_lost(self, exc):
+        self._feed()
         self.closed = True
         self.lost = exc
         if self.response is not None:
