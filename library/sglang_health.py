@@ -6,16 +6,20 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: sglang_health
-short_description: Wait until an SGLang server is really ready, or say why it died
+short_description: Wait until an SGLang or vLLM server is really ready, or say why it died
 description:
   - Polls the server. A closed port means loading, C(/health) 503 means warming, and 200 means
     ready. Readiness is confirmed by a one-token C(/generate). On success the module reads
     C(/server_info) (memory per rank, C(max_total_num_tokens)) and C(/model_info).
+  - "With I(engine=vllm) readiness is C(/health) 200 (vLLM keeps its port closed while it starts) confirmed by a
+    one-token C(/v1/completions) for the served model name from C(/v1/models). C(max_total_num_tokens) comes from
+    vLLM's start-up line C(KV cache size: N tokens) and C(model_info) from C(/v1/models) (vLLM has no C(/server_info))."
   - Meanwhile it follows the engine's log from this start only, and polls the unit's or process's state.
     For systemd that log is the journal after I(journal_cursor); for the process supervisor it is
-    the log file from I(log_offset). As soon as the process exits or a fatal line appears, the module fails with
-    C(failure_class) (cuda_oom, kv_cache_no_memory, nccl_timeout, rank_died, port_in_use, bad_args,
-    import_error, crashed, ready_timeout) and C(evidence) (the line, the last 30 log lines, the exit status).
+    the log file from I(log_offset). As soon as the process exits (with any status, 0 included) or a fatal line
+    appears, the module fails with C(failure_class) (cuda_oom, kv_cache_no_memory, nccl_timeout, rank_died,
+    port_in_use, bad_args, import_error, model_not_found, crashed, ready_timeout) and C(evidence) (the line,
+    the last 30 log lines, the exit status).
   - Changes nothing on the host.
 options:
   mode:
@@ -51,6 +55,12 @@ options:
     type: list
     elements: str
     default: []
+  engine:
+    description:
+      - The engine behind I(url). C(sim) answers like C(sglang).
+      - Empty means C(vllm) when I(unit) starts with C(vllm-) (the planner's unit name of a vLLM layout), else C(sglang).
+    type: str
+    choices: [sglang, sim, vllm]
   url:
     description: Base URL of the server, for example C(http://127.0.0.1:30000).
     type: str
@@ -93,7 +103,9 @@ options:
     type: float
     default: 30
   confirm:
-    description: Confirm readiness with a one-token C(/generate), then read C(/server_info) and C(/model_info).
+    description:
+      - Confirm readiness with a one-token C(/generate), then read C(/server_info) and C(/model_info).
+      - With I(engine=vllm), a one-token C(/v1/completions), then C(/v1/models) and C(/version).
     type: bool
     default: true
   api_key:
@@ -130,8 +142,15 @@ waited_s:
   description: Seconds this module waited.
   returned: success
   type: float
+engine:
+  description: The engine the gate talked to (I(engine), or the one derived from I(unit)).
+  returned: success
+  type: str
 max_total_num_tokens:
-  description: KV cache capacity in tokens (per scheduler) from C(/server_info).
+  description:
+    - KV cache capacity in tokens (per scheduler) from C(/server_info).
+    - "vLLM: from its start-up line C(KV cache size: N tokens) (the smallest over DP engine cores); null when
+      the line was not seen."
   returned: success
   type: int
 memory_per_rank:
@@ -140,7 +159,7 @@ memory_per_rank:
   type: list
   elements: dict
 model_info:
-  description: C(/model_info).
+  description: C(/model_info); for vLLM C(served_model_name), C(model_path), C(max_model_len) from C(/v1/models).
   returned: success
   type: dict
 server_args:
@@ -209,6 +228,7 @@ def main():
             "force": {"type": "bool", "default": False},
             "model_path": {"type": "path"},
             "own_units": {"type": "list", "elements": "str", "default": []},
+            "engine": {"type": "str", "choices": ["sglang", "sim", "vllm"]},
             "url": {"type": "str", "required": True},
             "manager": {"type": "str", "choices": ["systemd", "process"], "required": True},
             "unit": {"type": "str", "required": True},
@@ -229,11 +249,14 @@ def main():
     url = p["url"].rstrip("/")
     if p["mode"] == "preflight":
         preflight(module, url)
+    engine = health.engine_of(p["engine"], p["unit"])
     source = f"journal of {p['unit']}" if p["manager"] == "systemd" else f"{p['run_dir']}/{p['unit']}.log"
+    confirm = "/v1/completions" if engine == "vllm" else "/generate"
     if module.check_mode:
         module.exit_json(
             changed=False,
-            msg=f"would wait up to {p['timeout']:.0f} s for {url}/health = 200 and a one-token /generate, following {source}",
+            engine=engine,
+            msg=f"would wait up to {p['timeout']:.0f} s for {url}/health = 200 and a one-token {confirm} ({engine}), following {source}",
         )
     if p["manager"] == "systemd":
         journalctl = module.get_bin_path("journalctl", required=True)
@@ -260,7 +283,7 @@ def main():
 
     if p["mode"] == "alive":
         try:
-            health.check_alive(follower, state_fn)
+            health.check_alive(follower, state_fn, engine=engine)
         except health.HealthFailure as exc:
             module.fail_json(
                 msg=exc.msg,
@@ -281,6 +304,7 @@ def main():
             grace=p["grace"],
             api_key=p["api_key"],
             confirm=p["confirm"],
+            engine=engine,
         )
     except health.HealthFailure as exc:
         module.fail_json(

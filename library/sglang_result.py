@@ -45,7 +45,10 @@ options:
     choices: [ok, degraded, failed, skipped]
     default: ok
   engine:
-    description: C(sglang) or C(sim); a C(sim) record is marked simulated.
+    description:
+      - C(sglang), C(sim) or C(vllm); a C(sim) record is marked simulated.
+      - The plan's C(engine) (the layout's own, resolved by the planner) wins over this value, so a sweep with
+        layouts of several engines on one host stores each with its own.
     type: str
   plan:
     description: The planner's entry for the layout (verdict, gpus_used, kv_tokens, argv, ...).

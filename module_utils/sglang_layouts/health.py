@@ -1,7 +1,13 @@
-"""The readiness gate of an SGLang server: ready, or why it died, in seconds.
+"""The readiness gate of an SGLang (or vLLM) server: ready, or why it died, in seconds.
 
 State machine (notes/sglang.md 3.1/3.2): port closed = loading, /health 503 =
-warming, /health 200 = ready, confirmed by a one-token /generate. Meanwhile
+warming, /health 200 = ready, confirmed by a one-token /generate. The simulator
+(engine `sim`) answers like SGLang. vLLM (engine `vllm`, docs/vllm.md): the
+port stays closed until it is up (it never answers 503 while starting; 503
+means its engine core is dead), /health 200 = ready, confirmed by a one-token
+/v1/completions for the served model name (from /v1/models); its facts come
+from /v1/models (max_model_len), /version and its start-up log line
+`KV cache size: N tokens` (max_total_num_tokens): vLLM has no /server_info. Meanwhile
 the engine's log from *this* start (journald after a cursor / for one
 invocation, or a log file from its size at start) is classified line by line
 (logclass.py), and the unit's or process's state is polled. A fatal line or
@@ -231,8 +237,22 @@ def _request(url, method="GET", body=None, api_key=None, timeout=5.0):
         return e.code, e.read()
 
 
+ENGINES = ("sglang", "sim", "vllm")
+
+
+def engine_of(engine: str | None, unit: str | None = None) -> str:
+    """The engine the gate talks to: as given, else from the unit's name (vllm-<model>-<layout>), else sglang."""
+    if engine:
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+        return engine
+    return "vllm" if (unit or "").startswith("vllm-") else "sglang"
+
+
 def probe(base_url: str, api_key=None, timeout=5.0) -> str:
-    """'loading' (port closed), 'warming' (503 or other), 'ready' (/health 200)."""
+    """'loading' (port closed), 'warming' (503 or other), 'ready' (/health 200).
+
+    vLLM answers 503 only when its engine core is dead; it exits right after, which decides."""
     try:
         code, _ = _request(base_url + "/health", api_key=api_key, timeout=timeout)
     except (ConnectionError, urllib.error.URLError, OSError):
@@ -306,6 +326,77 @@ def collect_info(base_url: str, api_key=None, timeout=10.0) -> dict:
     }
 
 
+def collect_info_vllm(base_url: str, api_key=None, timeout=10.0, kv_tokens=None) -> dict:
+    """vLLM: /v1/models (served name, max_model_len), a one-token /v1/completions, /version.
+
+    kv_tokens: from the start-up line `KV cache size: N tokens` (vLLM has no /server_info)."""
+    code, body = _request(base_url + "/v1/models", api_key=api_key, timeout=timeout)
+    if code != 200:
+        raise RuntimeError(f"/v1/models answered {code}: {body[:200]!r}")
+    models = (json.loads(body or b"{}").get("data")) or []
+    if not models:
+        raise RuntimeError("/v1/models lists no model")
+    model = models[0]
+    code, body = _request(
+        base_url + "/v1/completions",
+        "POST",
+        {"model": model.get("id"), "prompt": "ping", "max_tokens": 1, "temperature": 0},
+        api_key,
+        timeout,
+    )
+    if code != 200:
+        raise RuntimeError(f"/v1/completions answered {code}: {body[:200]!r}")
+    gen = json.loads(body or b"{}")
+    version = None
+    try:
+        c, b = _request(base_url + "/version", api_key=api_key, timeout=timeout)
+        if c == 200 and b:
+            version = json.loads(b).get("version")
+    except (OSError, ValueError):
+        pass
+    model_info = {
+        "served_model_name": model.get("id"),
+        "model_path": model.get("root"),
+        "max_model_len": model.get("max_model_len"),
+        "served_model_names": [m.get("id") for m in models],
+    }
+    return {
+        "generate": {"completion_tokens": (gen.get("usage") or {}).get("completion_tokens")},
+        "max_total_num_tokens": kv_tokens,
+        "memory_per_rank": [],
+        "model_info": model_info,
+        "server_args": {"engine": "vllm", "version": version, "max_model_len": model.get("max_model_len")},
+    }
+
+
+def kv_tokens_from_history(follower) -> int | None:
+    """vLLM's KV line from the engine's whole log, for a server that was already up (its start
+    is before this gate's offset or cursor): the newest start's figure."""
+    lines = []
+    if isinstance(follower, FileFollower):
+        try:
+            with open(follower.path, "rb") as f:
+                lines = f.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            return None
+    elif isinstance(follower, JournalFollower):
+        cmd = [c for c in follower.once if c != "--after-cursor"]
+        if "--after-cursor" in follower.once:
+            i = follower.once.index("--after-cursor")
+            cmd = follower.once[:i] + follower.once[i + 2 :]
+        try:
+            out = subprocess.run(cmd, capture_output=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        lines = out.stdout.decode("utf-8", "replace").splitlines()
+    found = None
+    for line in lines:
+        n = logclass.kv_tokens(line)
+        if n is not None:
+            found = n  # the last start's
+    return found
+
+
 # ---------------------------------------------------------------- the gate
 
 
@@ -336,13 +427,19 @@ def wait_ready(
     api_key=None,
     confirm: bool = True,
     on_verdict=None,
+    engine: str = "sglang",
 ) -> dict:
-    """Block until ready (returns facts) or raise HealthFailure with the class and the evidence."""
+    """Block until ready (returns facts) or raise HealthFailure with the class and the evidence.
+
+    engine: sglang and sim confirm with /generate and read /server_info; vllm confirms with
+    /v1/completions and takes the KV capacity from its log (see the module docstring)."""
+    engine = engine_of(engine)
     t0 = time.monotonic()
     tail: deque[str] = deque(maxlen=TAIL)
     found: logclass.Match | None = None
     found_at = None
     ready_line = False
+    kv_seen: list[int] = []
     prober = Prober(base_url, api_key, poll=max(poll, 0.2))
     prober.start()
 
@@ -359,6 +456,10 @@ def wait_ready(
             found = logclass.best(found, m)
             if logclass.is_ready_line(line):
                 ready_line = True
+            if engine == "vllm":
+                n = logclass.kv_tokens(line)
+                if n is not None:
+                    kv_seen.append(n)
 
     def fail(cls, line, hint, state: ProcState | None):
         if on_verdict:
@@ -403,13 +504,23 @@ def wait_ready(
                     feed(complete)
                 if found is not None:
                     fail(found.cls, found.line, found.hint, state)
-                cls, hint = logclass.classify_exit(state.exit_code, state.signal)
+                cls, hint = logclass.classify_exit(state.exit_code, state.signal, engine)
                 fail(cls, None, hint, state)
             if found is not None and prober.phase != "ready" and time.monotonic() - found_at >= grace:
                 fail(found.cls, found.line, found.hint, state)
             if prober.phase == "ready":
                 try:
-                    facts = collect_info(base_url, api_key) if confirm else {}
+                    if not confirm:
+                        facts = {}
+                    elif engine == "vllm":
+                        feed(follower.read())
+                        # one line per DP engine core: the per-scheduler figure is the smallest
+                        kv = min(kv_seen) if kv_seen else None
+                        if kv is None and prober.first_phase == "ready":  # up before this gate began
+                            kv = kv_tokens_from_history(follower)
+                        facts = collect_info_vllm(base_url, api_key, kv_tokens=kv)
+                    else:
+                        facts = collect_info(base_url, api_key)
                 except (RuntimeError, OSError, ValueError) as exc:
                     # /health said 200 but a one-token generate failed: keep watching.
                     tail.append(f"sglang_health: confirmation failed: {exc}")
@@ -426,6 +537,7 @@ def wait_ready(
                     # so ready_after_s is only its uptime, not a start-up time.
                     facts["already_ready"] = prober.first_phase == "ready"
                     facts["url"] = base_url
+                    facts["engine"] = engine
                     return facts
             if time.monotonic() - t0 >= timeout:
                 fail(
@@ -440,7 +552,7 @@ def wait_ready(
         follower.close()
 
 
-def check_alive(follower, state_fn, settle: float = 0.3) -> None:
+def check_alive(follower, state_fn, settle: float = 0.3, engine: str = "sglang") -> None:
     """No HTTP: the engine still runs and logged nothing fatal since the start, or HealthFailure."""
     time.sleep(settle)
     try:
@@ -457,7 +569,7 @@ def check_alive(follower, state_fn, settle: float = 0.3) -> None:
     if found is not None:
         cls, line, hint = found.cls, found.line, found.hint
     else:
-        (cls, hint), line = logclass.classify_exit(state.exit_code, state.signal), None
+        (cls, hint), line = logclass.classify_exit(state.exit_code, state.signal, engine_of(engine)), None
     ev = {"line": line, "log_tail": tail, "exit_status": None if state.alive else state.exit_status}
     what = line[:300] if line else ev["exit_status"]
     raise HealthFailure(cls, f"the engine is not healthy: {cls}: {what}", ev, hint)

@@ -1,7 +1,11 @@
-"""SGLang log lines -> failure class.
+"""Engine log lines (SGLang, its simulator, vLLM) -> failure class.
 
 One ordered table of regular expressions over SGLang's real log lines
-(notes/sglang.md sections 3.3-3.5, 0.5.10.post1 and newer). The first row
+(notes/sglang.md sections 3.3-3.5, 0.5.10.post1 and newer) and vLLM's
+(docs/vllm.md "Failures", 0.32.0). The rows of both engines share the table:
+their lines do not overlap, and a class means the same thing for either
+engine (kv_cache_no_memory is SGLang's "Not enough memory" and vLLM's "No
+available memory for the cache blocks"). The first row
 that matches a line gives the line's class; across several lines the row with
 the highest priority (lowest index) wins, so the traceback's
 `torch.OutOfMemoryError` beats the `Scheduler hit an exception` that
@@ -31,11 +35,14 @@ CLASSES = (
     "port_in_use",
     "bad_args",
     "import_error",
+    "model_not_found",
     "crashed",
     "ready_timeout",
 )
 
 READY_LINE = "The server is fired up and ready to roll!"
+# vLLM: its own last start-up line, then uvicorn's (docs/vllm.md, start-up table).
+READY_LINES = (READY_LINE, "Starting vLLM server on http", "Application startup complete.")
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,12 @@ BENIGN = tuple(
         r"UserWarning: .*launch_server",
         # SIGTERM drain during a normal stop
         r"SIGTERM received\. .*Draining requests",
+        # vLLM on CPU without triton (ci/vllm.sh removes it): the V1 model runner is used
+        r"Triton is not installed\. triton-cpu is expected",
+        # vLLM's AOT cache miss on CPU: it compiles again (docs/vllm.md, warm start)
+        r"Compiling model again due to a load failure",
+        # vLLM's normal stop (SIGTERM) leaves shared memory to the resource tracker
+        r"resource_tracker: There appear to be \d+ leaked shared_memory objects",
     )
 )
 
@@ -81,6 +94,29 @@ RULES: tuple[Rule, ...] = (
         r"|Loaded weights leave no GPU memory for the KV cache",
         True,
         "weights fit but leave no room for the KV cache: raise --mem-fraction-static or use more GPUs",
+    ),
+    # vLLM (v1/core/kv_cache_utils.py, v1/worker/cpu_worker.py): the KV budget is empty, or smaller
+    # than one --max-model-len request, or (CPU) larger than the free RAM.
+    _r(
+        "kv_cache_no_memory",
+        r"No available memory for the cache blocks",
+        True,
+        "vLLM: weights and activations use the whole budget: raise --gpu-memory-utilization or use more GPUs",
+    ),
+    _r(
+        "kv_cache_no_memory",
+        r"To serve at least one request with the model's max seq len"
+        r"|on kv cache allocation is less than requested memory for kv",
+        True,
+        "vLLM: the KV cache cannot hold one --max-model-len request: lower --max-model-len "
+        "(the line says what fits) or raise --gpu-memory-utilization",
+    ),
+    # vLLM: the GPU's free memory is below --gpu-memory-utilization x total before anything loads.
+    _r(
+        "cuda_oom",
+        r"on startup is less than desired GPU memory utilization",
+        True,
+        "vLLM: the GPU is not free enough for --gpu-memory-utilization (another process holds memory)",
     ),
     _r(
         "cuda_oom",
@@ -115,6 +151,21 @@ RULES: tuple[Rule, ...] = (
         True,
         "SGLang's argument parser rejected the command line",
     ),
+    # vLLM's config validation (pydantic): e.g. --max-model-len above the model's.
+    _r(
+        "bad_args",
+        r"User-specified max_model_len \(|ValidationError: \d+ validation errors? for \w*Config",
+        True,
+        "vLLM rejected the configuration (the next line says which value)",
+    ),
+    # vLLM given a local model path that does not exist takes it for a Hub repo id.
+    _r(
+        "model_not_found",
+        r"HFValidationError: Repo id must be|Repo id must use alphanumeric chars"
+        r"|RepositoryNotFoundError|LocalEntryNotFoundError|OfflineModeIsEnabled",
+        True,
+        "the model path does not exist on the host (or is not a model folder), so it was taken for a Hub repo id",
+    ),
     _r(
         "import_error",
         r"ModuleNotFoundError: |ImportError: |No module named |cannot open shared object file"
@@ -146,6 +197,19 @@ RULES: tuple[Rule, ...] = (
         True,
         "the warmup request failed",
     ),
+    # vLLM: the engine core died while serving; the API server then exits 0 (docs/vllm.md).
+    _r(
+        "crashed",
+        r"engine core exited unexpectedly|EngineDeadError",
+        True,
+        "vLLM's engine core died (the API server exits with status 0 after it): see the lines above for why",
+    ),
+    _r(
+        "crashed",
+        r"Unsupported CPU attention configuration",
+        True,
+        "vLLM's CPU attention does not support this head_dim",
+    ),
     # Generic: something failed, the cause may follow.
     _r(
         "crashed",
@@ -153,6 +217,14 @@ RULES: tuple[Rule, ...] = (
         r"|Traceback \(most recent call last\)|Segmentation fault|core dumped|Fatal Python error",
         False,
         "the engine failed",
+    ),
+    # vLLM's generic start-up failure: the specific cause is the ValueError/Error line before it.
+    _r(
+        "crashed",
+        r"Engine core initialization failed|EngineCore failed to start"
+        r"|Worker proc \S+ died unexpectedly",
+        False,
+        "vLLM's engine core did not start",
     ),
 )
 
@@ -196,16 +268,32 @@ def classify(lines) -> Match | None:
     return found
 
 
-def classify_exit(exit_code: int | None, signal_name: str | None = None) -> tuple[str, str]:
-    """The class of a process exit without a fatal log line: (class, hint)."""
+def classify_exit(
+    exit_code: int | None, signal_name: str | None = None, engine: str = "sglang"
+) -> tuple[str, str]:
+    """The class of a process exit without a fatal log line: (class, hint).
+
+    Any exit the gate did not ask for is a failure, status 0 included: vLLM's API server exits 0
+    when its engine core dies."""
     if exit_code == 203:  # systemd's status=203/EXEC: ExecStart's binary is missing
         return "import_error", "the unit's executable could not be started (203/EXEC): is the venv there?"
     if exit_code == 2 and not signal_name:
         return "bad_args", "exit status 2 is argparse's usage error"
     if signal_name in ("KILL", "SIGKILL") or exit_code in (-9, 137):
         return "crashed", "killed by SIGKILL (SGLang kills itself after a child failure; or the OOM killer)"
+    if exit_code == 0 and not signal_name and engine == "vllm":
+        return "crashed", "vLLM exited with status 0 without being asked to stop (its engine core died)"
     return "crashed", "the engine exited"
 
 
 def is_ready_line(line: str) -> bool:
-    return READY_LINE in line
+    return any(ready in line for ready in READY_LINES)
+
+
+KV_TOKENS = re.compile(r"(?:GPU|CPU|XPU|TPU|HPU)? ?KV cache size: ([0-9][0-9,_]*) tokens")
+
+
+def kv_tokens(line: str) -> int | None:
+    """vLLM's KV capacity from its start-up line `GPU KV cache size: 2,097,152 tokens, ...` (or CPU ...)."""
+    m = KV_TOKENS.search(line)
+    return int(m.group(1).replace(",", "").replace("_", "")) if m else None

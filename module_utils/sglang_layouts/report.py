@@ -21,6 +21,7 @@ from . import results as _results
 COLUMNS = (
     ("host", "host"),
     ("layout", "layout"),
+    ("engine", "engine"),
     ("gpus", "GPUs"),
     ("status", "status"),
     ("single_tok_s", "single-request tok/s"),
@@ -53,6 +54,15 @@ def _status_text(rec):
     return status or "?"
 
 
+def engine_of(rec):
+    """The record's engine: its own field, else the plan's, else sglang (records before the field)."""
+    return (
+        rec.get("engine")
+        or (rec.get("prediction") or {}).get("engine")
+        or ("sim" if rec.get("simulated") else "sglang")
+    )
+
+
 def rows(records):
     """One row per record (the latest attempt of each host/layout), in record order."""
     out = []
@@ -64,6 +74,7 @@ def rows(records):
             {
                 "host": rec["host"],
                 "layout": rec["layout"],
+                "engine": engine_of(rec),
                 "gpus": rec.get("gpus_used"),
                 "status": _status_text(rec),
                 "status_code": rec.get("status"),
@@ -98,7 +109,13 @@ def winners(table):
         if not cands:
             return None
         r = max(cands, key=lambda r: r[key])
-        return {"host": r["host"], "layout": r["layout"], "value": r[key], "simulated": r["simulated"]}
+        return {
+            "host": r["host"],
+            "layout": r["layout"],
+            "engine": r.get("engine"),
+            "value": r[key],
+            "simulated": r["simulated"],
+        }
 
     win = {"single_request": best("single_tok_s"), "peak_throughput": best("peak_tok_s")}
     if win["peak_throughput"]:
@@ -133,13 +150,23 @@ def to_csv(table):
     return buf.getvalue()
 
 
-def _label(row, multi_host):
+def _label(row, multi_host, multi_engine=False):
     name = f"{row['host']}/{row['layout']}" if multi_host else row["layout"]
-    return f"{name} [simulated]" if row["simulated"] else name
+    if row["simulated"]:
+        return f"{name} [simulated]"
+    return f"{name} [{row['engine']}]" if multi_engine and row.get("engine") else name
+
+
+def _engine_tag(row, multi_engine):
+    """' (vllm)' beside a layout's name when the run holds several engines; simulated rows say so."""
+    if row.get("simulated"):
+        return " (simulated)"
+    return f" ({row.get('engine')})" if multi_engine and row.get("engine") else ""
 
 
 def to_markdown(run_id, table, win, plots=()):
     multi_host = len({r["host"] for r in table}) > 1
+    multi_engine = len({r.get("engine") for r in table}) > 1
     simulated = any(r["simulated"] for r in table)
     lines = [f"# Layout comparison: run {run_id}", ""]
     if simulated:
@@ -155,7 +182,7 @@ def to_markdown(run_id, table, win, plots=()):
         cells = []
         for k, _ in cols:
             if k == "layout":
-                cells.append(f"{r['layout']}{' (simulated)' if r['simulated'] else ''}")
+                cells.append(f"{r['layout']}{_engine_tag(r, multi_engine)}")
             else:
                 cells.append(_fmt(r[k], k))
         lines.append("| " + " | ".join(cells) + " |")
@@ -169,7 +196,7 @@ def to_markdown(run_id, table, win, plots=()):
             lines.append(f"- Winner for {title}: none (no layout was measured).")
             continue
         at = f" @ concurrency {w['concurrency']}" if w.get("concurrency") else ""
-        sim = " (simulated)" if w["simulated"] else ""
+        sim = _engine_tag(w, multi_engine)
         who = f"{w['host']}/{w['layout']}" if multi_host else w["layout"]
         lines.append(f"- **Winner for {title}: {who}**{sim}: {w['value']:.1f} {unit}{at}.")
     notes = [r for r in table if r["status_code"] in ("failed", "skipped")]
@@ -177,7 +204,9 @@ def to_markdown(run_id, table, win, plots=()):
         lines += ["", "Not measured:", ""]
         for r in notes:
             why = "; ".join(r["reasons"]) or r["msg"] or ""
-            lines.append(f"- {_label(r, multi_host)}: {r['status']}{(' - ' + why) if why else ''}")
+            lines.append(
+                f"- {_label(r, multi_host, multi_engine)}: {r['status']}{(' - ' + why) if why else ''}"
+            )
     if plots:
         lines += [""] + [f"![{os.path.splitext(p)[0]}]({p})" for p in plots]
     lines += [
@@ -199,6 +228,7 @@ def plot(records, outdir, run_id):
 
     measured = [r for r in records if r.get("levels") and r.get("status") in ("ok", "degraded")]
     multi_host = len({r["host"] for r in records}) > 1
+    multi_engine = len({engine_of(r) for r in records}) > 1
     simulated = any(r.get("simulated") for r in records)
     tag = " (SIMULATED)" if simulated else ""
     names = []
@@ -207,7 +237,14 @@ def plot(records, outdir, run_id):
     for rec in measured:
         lv = sorted(rec["levels"], key=lambda x: x["concurrency"])
         label = _label(
-            {"host": rec["host"], "layout": rec["layout"], "simulated": rec.get("simulated")}, multi_host
+            {
+                "host": rec["host"],
+                "layout": rec["layout"],
+                "simulated": rec.get("simulated"),
+                "engine": engine_of(rec),
+            },
+            multi_host,
+            multi_engine,
         )
         ax.plot([x["concurrency"] for x in lv], [x["output_tok_s"] for x in lv], marker="o", label=label)
     ax.set_xscale("log", base=2)
@@ -227,7 +264,14 @@ def plot(records, outdir, run_id):
     for rec in measured:
         gpus = rec.get("gpus_used") or 1
         label = _label(
-            {"host": rec["host"], "layout": rec["layout"], "simulated": rec.get("simulated")}, multi_host
+            {
+                "host": rec["host"],
+                "layout": rec["layout"],
+                "simulated": rec.get("simulated"),
+                "engine": engine_of(rec),
+            },
+            multi_host,
+            multi_engine,
         )
         xs, ys = [], []
         for x in sorted(rec["levels"], key=lambda x: x["concurrency"]):
@@ -293,6 +337,7 @@ def build_report(results_dir, run_id=None, plots=True):
         "schema": "sglang-layouts/summary/v1",
         "run_id": run_id,
         "simulated": any(r["simulated"] for r in table),
+        "engines": sorted({r["engine"] for r in table if r.get("engine")}),
         "winners": win,
         "rows": table,
         "formulas": _results.FORMULAS,

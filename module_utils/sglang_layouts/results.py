@@ -109,6 +109,9 @@ def build_record(
         raise ResultError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
     plan = plan or {}
     health = health or {}
+    # The layout's own engine (the planner resolved its engine: key against sglang_engine) wins over
+    # the host-wide one the caller passes: one sweep may hold layouts of several engines.
+    engine = plan.get("engine") or health.get("engine") or engine
     predicted_kv = plan.get("kv_tokens")
     measured_kv = health.get("max_total_num_tokens")
     kv_err = None

@@ -90,6 +90,7 @@ def test_rows_winners_and_files(tmp_path):
     assert out["winners"]["peak_throughput"] == {
         "host": "seed-box",
         "layout": "ep8",
+        "engine": "sim",
         "value": 961.0,
         "simulated": True,
         "concurrency": 64,

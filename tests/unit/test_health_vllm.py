@@ -1,0 +1,294 @@
+"""The readiness gate for engine vllm against a loopback server that acts as vLLM 0.32.0 does
+(docs/vllm.md): the port stays closed until it is up (no 503 while starting), /health 200 with
+an empty body, /v1/models, a one-token /v1/completions, /version, no /server_info. The KV
+capacity comes from the start-up line in the engine's log; exits, status 0 included, fail."""
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from sglang_layouts import health
+
+KV_LINE = (
+    "(EngineCore pid=22227) INFO 11-29 15:40:07 [kv_cache_utils.py:2327] CPU KV cache size: 2,097,152 tokens, "
+    "Maximum concurrency for 2,048 tokens per request: 1024.00x"
+)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class FakeVLLM:
+    def __init__(self, port, served="tiny-qwen2"):
+        self.requests = []
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _send(self, code, obj=None):
+                body = b"" if obj is None else json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                outer.requests.append(("GET", self.path, None))
+                if self.path == "/health":
+                    self._send(200)
+                elif self.path == "/v1/models":
+                    self._send(
+                        200,
+                        {
+                            "object": "list",
+                            "data": [
+                                {
+                                    "id": served,
+                                    "object": "model",
+                                    "owned_by": "vllm",
+                                    "root": "/abs/build/models/tiny-qwen2",
+                                    "parent": None,
+                                    "max_model_len": 2048,
+                                }
+                            ],
+                        },
+                    )
+                elif self.path == "/version":
+                    self._send(200, {"version": "0.32.0"})
+                else:
+                    self._send(404, {"detail": "Not Found"})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                outer.requests.append(("POST", self.path, body))
+                if self.path == "/v1/completions" and body.get("model") == served:
+                    self._send(
+                        200,
+                        {
+                            "object": "text_completion",
+                            "model": served,
+                            "choices": [{"index": 0, "text": "!", "finish_reason": "length"}],
+                            "usage": {"prompt_tokens": 3, "total_tokens": 4, "completion_tokens": 1},
+                        },
+                    )
+                elif self.path == "/v1/completions":
+                    self._send(
+                        404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}}
+                    )
+                else:
+                    self._send(404, {"detail": "Not Found"})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), H)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class Alive:
+    def __init__(self):
+        self.alive = True
+        self.code = None
+
+    def __call__(self):
+        if self.alive:
+            return health.ProcState(alive=True, started_at=time.time() - 1)
+        return health.ProcState(
+            alive=False, exit_status=f"exited with status {self.code}", exit_code=self.code
+        )
+
+
+@pytest.fixture
+def log(tmp_path):
+    p = tmp_path / "vllm.log"
+    # an earlier start's lines: never this start's facts or failures
+    p.write_text(
+        "(EngineCore pid=1) INFO CPU KV cache size: 999 tokens, x\nOSError: [Errno 98] Address already in use\n"
+    )
+    return p
+
+
+def append_later(path, lines, delay):
+    def run():
+        time.sleep(delay)
+        with open(path, "a") as f:
+            for line in lines:
+                f.write(line + "\n")
+                f.flush()
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+def test_engine_from_the_unit_name():
+    assert health.engine_of(None, "vllm-tiny-qwen2-cpu-tp1.service") == "vllm"
+    assert health.engine_of("", "sglang-kimi-k2-6-ep8.service") == "sglang"
+    assert health.engine_of("sim", "vllm-x.service") == "sim"
+    with pytest.raises(ValueError):
+        health.engine_of("tgi")
+
+
+def test_closed_port_then_ready_one_token_completion_and_facts(log):
+    port = free_port()
+    server = {}
+
+    def bring_up():
+        time.sleep(0.8)  # vLLM: connection refused the whole start, never 503
+        server["s"] = FakeVLLM(port)
+
+    threading.Thread(target=bring_up, daemon=True).start()
+    append_later(
+        log,
+        [
+            "(Worker pid=24075) INFO 11-29 15:39:20 [default_loader.py:291] Loading weights took 0.00 seconds",
+            KV_LINE,
+            "(APIServer pid=19036) INFO 11-29 15:40:11 [api_server.py:1033] Starting vLLM server on http://127.0.0.1:1",
+            "INFO:     Application startup complete.",
+        ],
+        0.3,
+    )
+    try:
+        facts = health.wait_ready(
+            f"http://127.0.0.1:{port}",
+            health.FileFollower(str(log), log.stat().st_size),
+            Alive(),
+            timeout=20,
+            engine="vllm",
+        )
+        posts = [r for r in server["s"].requests if r[0] == "POST"]
+    finally:
+        server["s"].close()
+    assert facts["engine"] == "vllm"
+    assert facts["max_total_num_tokens"] == 2097152  # this start's line, not the old 999
+    assert facts["generate"] == {"completion_tokens": 1}
+    assert facts["model_info"]["served_model_name"] == "tiny-qwen2"
+    assert facts["model_info"]["max_model_len"] == 2048
+    assert facts["server_args"]["version"] == "0.32.0"
+    assert facts["memory_per_rank"] == []
+    assert facts["ready_line_seen"] and not facts["already_ready"]
+    assert facts["waited_s"] >= 0.7
+    assert posts == [
+        (
+            "POST",
+            "/v1/completions",
+            {"model": "tiny-qwen2", "prompt": "ping", "max_tokens": 1, "temperature": 0},
+        )
+    ]
+
+
+def test_already_up_reads_the_kv_line_from_the_whole_log(log):
+    port = free_port()
+    with open(log, "a") as f:
+        f.write(KV_LINE + "\n")
+    s = FakeVLLM(port)
+    try:
+        facts = health.wait_ready(
+            f"http://127.0.0.1:{port}",
+            health.FileFollower(str(log), log.stat().st_size),
+            Alive(),
+            timeout=20,
+            engine="vllm",
+        )
+    finally:
+        s.close()
+    assert facts["already_ready"] and facts["max_total_num_tokens"] == 2097152
+
+
+@pytest.mark.parametrize(
+    ("lines", "cls"),
+    [
+        (
+            [
+                "(EngineCore pid=5738) ERROR 11-29 15:43:15 [core.py:1510] EngineCore failed to start.",
+                "(EngineCore pid=5738) ERROR 11-29 15:43:15 [core.py:1510] ValueError: No available memory for "
+                "the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.",
+            ],
+            "kv_cache_no_memory",
+        ),
+        (["OSError: [Errno 98] Address already in use"], "port_in_use"),
+        (
+            [
+                "huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or "
+                "'namespace/repo_name': '/nonexistent/tiny-qwen2'. Use `repo_type` argument if needed."
+            ],
+            "model_not_found",
+        ),
+    ],
+)
+def test_a_vllm_fatal_line_decides_while_the_process_lives(log, lines, cls):
+    append_later(log, lines, 0.2)
+    t0 = time.monotonic()
+    with pytest.raises(health.HealthFailure) as ei:
+        health.wait_ready(
+            f"http://127.0.0.1:{free_port()}",
+            health.FileFollower(str(log), log.stat().st_size),
+            Alive(),
+            timeout=30,
+            engine="vllm",
+        )
+    assert ei.value.failure_class == cls
+    assert ei.value.evidence["line"] == lines[-1]
+    assert time.monotonic() - t0 < 2.5
+
+
+def test_exit_status_zero_is_a_failure(log):
+    """vLLM's API server exits 0 after its engine core died: the gate did not ask for that exit."""
+    state = Alive()
+
+    def die():
+        time.sleep(0.3)
+        state.code, state.alive = 0, False
+
+    threading.Thread(target=die, daemon=True).start()
+    with pytest.raises(health.HealthFailure) as ei:
+        health.wait_ready(
+            f"http://127.0.0.1:{free_port()}",
+            health.FileFollower(str(log), log.stat().st_size),
+            state,
+            timeout=30,
+            engine="vllm",
+        )
+    assert ei.value.failure_class == "crashed"
+    assert "status 0" in ei.value.hint
+    assert ei.value.evidence["exit_status"] == "exited with status 0"
+
+
+def test_argparse_exit_2_is_bad_args(log):
+    state = Alive()
+    append_later(log, ["usage: vllm serve [model_tag] [options]"], 0.1)
+
+    def die():
+        time.sleep(0.3)
+        state.code, state.alive = 2, False
+
+    threading.Thread(target=die, daemon=True).start()
+    with pytest.raises(health.HealthFailure) as ei:
+        health.wait_ready(
+            f"http://127.0.0.1:{free_port()}",
+            health.FileFollower(str(log), log.stat().st_size),
+            state,
+            timeout=30,
+            engine="vllm",
+        )
+    assert ei.value.failure_class == "bad_args"
+
+
+def test_engine_dead_after_start_fails_the_alive_check(log):
+    off = log.stat().st_size
+    with open(log, "a") as f:
+        f.write(
+            "(APIServer pid=19036) ERROR 11-29 15:50:01 [core_client.py:610] [shutdown] MPClient: engine core "
+            "exited unexpectedly; starting cleanup\n"
+        )
+    with pytest.raises(health.HealthFailure) as ei:
+        health.check_alive(health.FileFollower(str(log), off), Alive(), settle=0, engine="vllm")
+    assert ei.value.failure_class == "crashed"

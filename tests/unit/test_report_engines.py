@@ -1,0 +1,119 @@
+"""One host, layouts of two engines: every row names its engine, simulated rows stay marked,
+and the record's engine is the layout's (the plan's), not the host-wide sglang_engine."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from sglang_layouts import bench, report, results
+
+
+def _level(c, tok, per_user, ttft):
+    st = {"mean": ttft, "p50": ttft, "p90": ttft, "p99": ttft * 2}
+    return {
+        "concurrency": c,
+        "completed": 4 * c,
+        "failed": 0,
+        "output_tok_s": tok,
+        "decode_tok_s": {"mean": per_user, "p50": per_user, "p90": per_user, "p99": per_user},
+        "ttft_ms": st,
+        "warnings": [],
+    }
+
+
+def _store(rd, layout, plan_engine, levels, host_engine="sglang", status="ok", **kw):
+    b = {"summary": bench.summarize(levels), "levels": levels, "config": {}, "server": {}}
+    plan = {"verdict": "fits", "gpus_used": 8, "kv_tokens": 1000, "reasons": [], "engine": plan_engine}
+    rec = results.build_record(
+        "mixed",
+        "gpu-box",
+        layout,
+        status,
+        engine=host_engine,  # what the sweep passes: sglang_engine
+        plan=plan,
+        health={"max_total_num_tokens": 900, "ready_after_s": 40.0} if status == "ok" else {},
+        bench=b if status == "ok" else None,
+        **kw,
+    )
+    results.write_record(rd, rec)
+    return rec
+
+
+def test_the_plan_engine_wins_over_the_host_engine(tmp_path):
+    rec = _store(str(tmp_path), "tp8-vllm", "vllm", [_level(1, 30.0, 30.0, 40.0)])
+    assert rec["engine"] == "vllm" and rec["simulated"] is False
+    rec = _store(str(tmp_path), "tp8-sim", "sim", [_level(1, 30.0, 30.0, 40.0)])
+    assert rec["engine"] == "sim" and rec["simulated"] is True
+    # no plan engine (older plans): the caller's
+    rec = results.build_record("r", "h", "l", "skipped", engine="sglang", plan={"verdict": "oom"})
+    assert rec["engine"] == "sglang"
+
+
+def test_a_sweep_of_two_engines_on_one_host(tmp_path):
+    rd = str(tmp_path)
+    _store(
+        rd, "tp8", "sglang", [_level(1, 26.0, 26.0, 50.0), _level(64, 808.0, 12.6, 300.0)], extra={"order": 0}
+    )
+    _store(
+        rd,
+        "tp8-vllm",
+        "vllm",
+        [_level(1, 31.0, 31.0, 45.0), _level(64, 700.0, 11.0, 280.0)],
+        extra={"order": 1},
+    )
+    _store(
+        rd,
+        "tp4-vllm",
+        "vllm",
+        [],
+        status="failed",
+        failure_class="kv_cache_no_memory",
+        msg="No available memory for the cache blocks",
+        extra={"order": 2},
+    )
+    out = report.build_report(rd, "mixed", plots=True)
+    md = out["markdown"]
+    header = next(line for line in md.splitlines() if line.startswith("| layout"))
+    assert header.startswith("| layout | engine | GPUs |")
+    assert "| tp8 (sglang) | sglang | 8 |" in md
+    assert "| tp8-vllm (vllm) | vllm | 8 |" in md
+    assert "| tp4-vllm (vllm) | vllm | 8 | failed: kv_cache_no_memory |" in md
+    assert "SIMULATED" not in md
+    assert "**Winner for single-request speed: tp8-vllm** (vllm): 31.0" in md
+    assert "**Winner for peak throughput: tp8** (sglang): 808.0" in md
+    assert "- tp4-vllm [vllm]: failed: kv_cache_no_memory" in md
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "mixed" / "summary.csv").read_text())))
+    assert [(r["layout"], r["engine"]) for r in rows] == [
+        ("tp8", "sglang"),
+        ("tp8-vllm", "vllm"),
+        ("tp4-vllm", "vllm"),
+    ]
+    doc = json.loads((tmp_path / "mixed" / "summary.json").read_text())
+    assert doc["engines"] == ["sglang", "vllm"]
+    assert doc["winners"]["single_request"]["engine"] == "vllm"
+
+
+def test_simulated_rows_stay_marked_beside_a_real_engine(tmp_path):
+    rd = str(tmp_path)
+    _store(rd, "ep8", "sim", [_level(1, 65.0, 65.0, 40.0)], extra={"order": 0})
+    _store(rd, "cpu-tp1", "vllm", [_level(1, 20.0, 20.0, 60.0)], extra={"order": 1})
+    md = report.build_report(rd, "mixed", plots=False)["markdown"]
+    assert "SIMULATED" in md
+    assert "| ep8 (simulated) | sim |" in md and "| cpu-tp1 (vllm) | vllm |" in md
+    assert "**Winner for single-request speed: ep8** (simulated)" in md
+
+
+def test_single_engine_run_shows_the_engine_column_without_tags(tmp_path):
+    rd = str(tmp_path)
+    _store(rd, "cpu-tp1", "vllm", [_level(1, 20.0, 20.0, 60.0), _level(4, 60.0, 15.0, 90.0)])
+    md = report.build_report(rd, "mixed", plots=False)["markdown"]
+    assert "| cpu-tp1 | vllm |" in md
+    assert "**Winner for single-request speed: cpu-tp1**: 20.0" in md
+
+
+def test_old_records_without_an_engine_field(tmp_path):
+    assert report.engine_of({"simulated": True}) == "sim"
+    assert report.engine_of({"prediction": {"engine": "vllm"}}) == "vllm"
+    assert report.engine_of({}) == "sglang"
