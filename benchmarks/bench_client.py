@@ -53,7 +53,7 @@ def read_schedule(path):
 
 
 def compare_with_schedule(level, schedule):
-    d_ttft, d_itl, req_delivery, tok_delivery = [], [], [], []
+    d_ttft, d_itl, req_delivery, tok_delivery, tok_written, tok_read = [], [], [], [], [], []
     matched = 0
     for r in level["requests"]:
         e = schedule.get(r["rid"])
@@ -67,6 +67,9 @@ def compare_with_schedule(level, schedule):
             d_itl.extend(abs(a - b) for a, b in zip(r["itl_ms"], gaps, strict=True))
         req_delivery.append(1000 * (e["arrival"] - r["t_start"]))
         tok_delivery.append(r["ttft_ms"] - 1000 * (e["first_token"] - r["t_start"]))
+        if e.get("first_sent") is not None:
+            tok_written.append(1000 * (e["first_sent"] - e["first_token"]))
+            tok_read.append(r["ttft_ms"] - 1000 * (e["first_sent"] - r["t_start"]))
     # the client's own re-issue lag: a stream's next request leaves after its previous answer ended
     by_worker = {}
     for r in level["requests"]:
@@ -86,6 +89,8 @@ def compare_with_schedule(level, schedule):
         "itl_gaps_compared": len(d_itl),
         "request_delivery_ms_median": statistics.median(req_delivery) if req_delivery else None,
         "first_token_delivery_ms_median": statistics.median(tok_delivery) if tok_delivery else None,
+        "first_token_written_ms_median": statistics.median(tok_written) if tok_written else float("nan"),
+        "first_token_read_ms_median": statistics.median(tok_read) if tok_read else float("nan"),
     }
 
 
@@ -260,6 +265,10 @@ def main(argv=None):
         f" first-token delivery (due -> client read it) median {cmp_['first_token_delivery_ms_median']:.3f} ms"
     )
     print(
+        f"   first-token delivery split: simulator wrote it {cmp_['first_token_written_ms_median']:.3f} ms after due "
+        f"(median), client read it {cmp_['first_token_read_ms_median']:.3f} ms after it was written (median)"
+    )
+    print(
         f"   client re-issue lag (answer complete -> next request of that stream written): median "
         f"{cmp_['reissue_lag_ms_median']:.3f} ms, p99 {cmp_['reissue_lag_ms_p99']:.3f} ms"
     )
@@ -269,6 +278,17 @@ def main(argv=None):
             f"   the simulator's own lateness (chunk written - token due): median {lat['median']:.3f} ms, "
             f"p99 {lat['p99']:.3f} ms over {lat['n']} chunks"
         )
+        wl = sim_stats.get("wake_lateness_ms") or {}
+        if wl.get("median") is not None:
+            print(
+                f"   the simulator's wake-up lateness (loop back at a step's deadline, before its writes): median "
+                f"{wl['median']:.3f} ms, p99 {wl['p99']:.3f} ms over {wl['n']} steps"
+            )
+        pl = sim_stats.get("prefill_wake_lateness_ms") or {}
+        if pl.get("median") is not None:
+            print(
+                f"   ... of prefill steps only: median {pl['median']:.3f} ms, p99 {pl['p99']:.3f} ms over {pl['n']} steps"
+            )
     print(
         f"   sglang_bench: {level['output_tok_s']:.1f} output tok/s, TTFT p50 {level['ttft_ms']['p50']:.1f} ms, "
         f"ITL p50 {level['itl_ms']['p50']:.2f} ms, achieved concurrency {level['achieved_concurrency']:.2f}"

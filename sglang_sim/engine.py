@@ -121,6 +121,7 @@ class Req:
         "done",
         "eos_at",
         "finished",
+        "first_sent",
         "first_token",
         "ids",
         "include_usage",
@@ -170,6 +171,7 @@ class Req:
         self.text = ""
         self.ids = ""
         self.first_token = None
+        self.first_sent = None  # when the first token's chunk was written (measurement only)
         self.token_times: list[float] = []
         self.finished = False
         self.aborted = False
@@ -324,6 +326,7 @@ class Req:
             "rid": self.rid,
             "arrival": self.arrival,
             "first_token": self.first_token,
+            "first_sent": self.first_sent,
             "token_times": self.token_times,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.done,
@@ -461,12 +464,17 @@ class Scheduler:
                 await asyncio.Future()
             lat = sim.lateness
             sim.wake_lateness.append(loop.time() - t_end)
+            if new:
+                sim.prefill_wake_lateness.append(loop.time() - t_end)
             for r, p in zip(batch, payloads, strict=True):
                 if r.aborted:
                     continue
                 if p is not None:
                     r.conn.write(p)
-                    lat.append(loop.time() - t_end)
+                    now = loop.time()
+                    lat.append(now - t_end)
+                    if r.first_sent is None:
+                        r.first_sent = now
             self.tokens_out += len(batch)
             sim.tokens_out += len(batch)
             sim.last_output = t_end

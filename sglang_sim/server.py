@@ -240,6 +240,7 @@ class Sim:
         self.last_output = 0.0
         self.lateness: deque[float] = deque(maxlen=1_000_000)  # per streamed chunk
         self.wake_lateness: deque[float] = deque(maxlen=100_000)  # per iteration, before the writes
+        self.prefill_wake_lateness: deque[float] = deque(maxlen=100_000)  # the same, prefill iterations only
         self.schedulers: list[Scheduler] = []
         self._rr = 0
         self.schedule_log = None
@@ -1038,6 +1039,7 @@ class Sim:
         out = {
             "lateness_ms": summary(self.lateness),
             "wake_lateness_ms": summary(self.wake_lateness),
+            "prefill_wake_lateness_ms": summary(self.prefill_wake_lateness),
             "tokens_out": self.tokens_out,
             "finished": self.finished_count,
             "cost_model": self.cost.describe() if self.cost else None,
@@ -1045,6 +1047,7 @@ class Sim:
         if data.get("reset"):
             self.lateness.clear()
             self.wake_lateness.clear()
+            self.prefill_wake_lateness.clear()
         conn.json(200, out)
 
     def _enqueue(
