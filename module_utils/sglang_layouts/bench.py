@@ -1,8 +1,8 @@
 """Closed-loop load generator for one running SGLang server (standard library only).
 
 It runs on a bare host ``python3`` (no aiohttp): an asyncio HTTP/1.1 client built on
-``asyncio.Protocol`` timestamps every byte it receives with ``time.perf_counter()`` in
-``data_received``, decodes chunked transfer encoding and Server-Sent Events itself, and
+``asyncio.BufferedProtocol`` timestamps every byte it receives with ``time.perf_counter()`` in
+its read callback (``buffer_updated``), decodes chunked transfer encoding and Server-Sent Events itself, and
 keeps the JSON decoding of the events out of the measured path (events are parsed
 after the level ends). Per concurrency level: warmup requests (not counted), then
 ``POST /flush_cache``, then ``num_prompts`` requests issued by ``concurrency`` workers,
@@ -39,7 +39,8 @@ FORMULAS = {
     "clock": "time.perf_counter() on the client (monotonic, CLOCK_MONOTONIC on Linux); each stream keeps one HTTP/1.1 "
     "keep-alive connection, opened before the level starts; t_start is taken just before the request is written "
     "(before the TCP connect when a connection has to be reopened); arrival times are taken in "
-    "asyncio.Protocol.data_received, before any parsing",
+    "the read callback (asyncio.BufferedProtocol.buffer_updated, recv_into a 64 KiB buffer) before any parsing; "
+    "parsing runs in the next loop pass, after every socket readable at that moment has been read and stamped",
     "completed": "requests that returned HTTP 200, streamed to [DONE] (or a finish_reason) without an error event, "
     "and produced at least one output token; everything else is failed",
     "failed": "requests with a non-200 status, a connection error, an error event, a timeout (request_timeout) "
