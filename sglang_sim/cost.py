@@ -12,6 +12,10 @@ m = ceil(B / pp) requests on each stage):
     step      = sum over stages of t_stage + (pp - 1) * p2p_latency + overhead
 
 with, per stage, t_stage = bytes / (bandwidth * efficiency) + collectives * collective_latency.
+On NVLink the collective and hop latencies are measured figures read from
+data/collectives_nvlink.json (NCCL on 2 x H200, benchmarks/bench_collectives.py); with the
+plan's `allreduce_bytes_per_token` an all-reduce takes the measured time at its message size
+(micro-batch x bytes per token) instead of the small-message latency.
 `dense_bytes` (batch-independent: attention, dense layers, shared experts, lm_head),
 `expert_bytes` (all routed-expert bytes held by one GPU of the stage), `layers` and
 `collectives` per stage, and n_experts / top_k come from the planner's layout plan
@@ -26,6 +30,8 @@ Every parameter can be overridden from the environment (README.md lists them).
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
 import os
 from dataclasses import dataclass
@@ -34,9 +40,35 @@ GIB = 1 << 30
 
 # Small-message collective latency and point-to-point hop latency by interconnect (seconds).
 # PCIe: NCCL all-reduce on 8 GPUs measured ~24 us with P2P, ~60 us reproduces the user's EP8
-# figure (notes/kimi-k2-memory.md section 8); NVLink: ~10 us.
+# figure (notes/kimi-k2-memory.md section 8). NVLink: measured, see NVLINK_DATA below; the
+# figures here are used only when that file is missing or holds no all-reduce.
 COLLECTIVE_LATENCY_S = {"pcie": 60e-6, "nvlink": 10e-6}
 P2P_LATENCY_S = {"pcie": 20e-6, "nvlink": 5e-6}
+
+# NCCL figures measured on an NVLink host (benchmarks/bench_collectives.py, see the file's
+# "source"): per world size, the smallest message's time (latency) and the largest's bus bandwidth.
+NVLINK_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "collectives_nvlink.json")
+
+
+def load_collectives(path: str = NVLINK_DATA) -> dict | None:
+    """The measured NVLink collectives (sglang_sim/data/collectives_nvlink.json), None when absent."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def measured(data: dict | None, op: str, world: int) -> tuple[dict | None, int | None]:
+    """The figures of `op` at `world` GPUs, else at the largest measured world size below it
+    (more GPUs only add ring steps, so that is a lower bound), else the smallest above."""
+    table = ((data or {}).get("ops") or {}).get(op) or {}
+    sizes = sorted(int(w) for w in table)
+    if not sizes:
+        return None, None
+    below = [w for w in sizes if w <= max(2, world)]
+    pick = below[-1] if below else sizes[0]
+    return table[str(pick)], pick
 
 
 def _env_float(name: str, default: float | None) -> float | None:
@@ -68,6 +100,11 @@ class CostModel:
     overhead_s: float = 0.3e-3
     prefill_per_token_s: float = 0.15e-3
     fixed_step_s: float | None = None
+    collectives_source: dict | None = None  # where collective_latency_s came from when measured
+    # measured all-reduce time by message size, ((bytes, seconds), ...) ascending, and the message
+    # bytes per token of the batch (hidden_size x dtype bytes): both known -> size-dependent time
+    collective_table: tuple[tuple[float, float], ...] = ()
+    collective_bytes_per_token: float = 0.0
 
     def __post_init__(self):
         self._imbalance: dict[int, float] = {}
@@ -99,6 +136,25 @@ class CostModel:
         self._imbalance[micro] = share
         return share
 
+    def collective_s(self, tokens: int) -> float:
+        """Seconds for one all-reduce of `tokens` tokens' activations.
+
+        The small-message latency, unless both the measured table and the message bytes per
+        token are known: then the measured time at that size (linear between measured sizes,
+        the largest size's bandwidth beyond it, the latency below the smallest).
+        """
+        table, per_token = self.collective_table, self.collective_bytes_per_token
+        if not table or per_token <= 0:
+            return self.collective_latency_s
+        size = tokens * per_token
+        if size <= table[0][0]:
+            return self.collective_latency_s
+        for (b0, t0), (b1, t1) in itertools.pairwise(table):
+            if size <= b1:
+                return t0 + (t1 - t0) * (size - b0) / (b1 - b0)
+        b_last, t_last = table[-1]
+        return t_last * size / b_last
+
     @property
     def pp(self) -> int:
         return max(1, len(self.stages))
@@ -121,7 +177,7 @@ class CostModel:
                 + st.expert_bytes * touched
                 + self.kv_bytes_per_token_layer * st.layers * kv_tokens
             )
-            t += nbytes / rate + st.collectives * self.collective_latency_s
+            t += nbytes / rate + st.collectives * self.collective_s(micro)
         return t + (pp - 1) * self.p2p_latency_s + self.overhead_s
 
     def prefill(self, new_tokens: int, batch: int) -> float:
@@ -138,6 +194,7 @@ class CostModel:
             "efficiency": self.efficiency,
             "collective_latency_us": self.collective_latency_s * 1e6,
             "p2p_latency_us": self.p2p_latency_s * 1e6,
+            "collectives_measured": self.collectives_source,
             "overhead_ms": self.overhead_s * 1e3,
             "prefill_ms_per_token": self.prefill_per_token_s * 1e3,
             "fixed_step_ms": None if self.fixed_step_s is None else self.fixed_step_s * 1e3,
@@ -172,6 +229,26 @@ def from_plan(layout_plan: dict, hardware: dict) -> CostModel:
         collective_latency_s=COLLECTIVE_LATENCY_S.get(interconnect, COLLECTIVE_LATENCY_S["pcie"]),
         p2p_latency_s=P2P_LATENCY_S.get(interconnect, P2P_LATENCY_S["pcie"]),
     )
+    if interconnect == "nvlink":
+        data = load_collectives()
+        tp = int(cost.get("tp") or 2)
+        ar, world = measured(data, "all_reduce", tp)
+        if ar:
+            model.collective_latency_s = float(ar["latency_us"]) * 1e-6
+            model.collectives_source = {
+                "all_reduce_latency_us": ar["latency_us"],
+                "all_reduce_latency_bytes": ar.get("latency_bytes"),
+                "all_reduce_busbw_gbs": ar.get("busbw_gbs"),
+                "measured_world_size": world,
+                "tp": tp,
+                "source": (data or {}).get("source"),
+            }
+            table = ar.get("time_us_by_bytes") or {}
+            model.collective_table = tuple(sorted((float(b), float(us) * 1e-6) for b, us in table.items()))
+            model.collective_bytes_per_token = float(cost.get("allreduce_bytes_per_token") or 0)
+        hop, _ = measured(data, "sendrecv", 2)
+        if hop:
+            model.p2p_latency_s = float(hop["latency_us"]) * 1e-6
     model.efficiency = _env_float("SGLANG_SIM_BW_EFFICIENCY", model.efficiency)
     for env, attr, scale in (
         ("SGLANG_SIM_COLLECTIVE_US", "collective_latency_s", 1e-6),
@@ -183,4 +260,6 @@ def from_plan(layout_plan: dict, hardware: dict) -> CostModel:
         v = _env_float(env, None)
         if v is not None:
             setattr(model, attr, v * scale)
+            if attr == "collective_latency_s":
+                model.collective_table = ()  # a fixed latency asked for: no size dependence
     return model
