@@ -722,6 +722,8 @@ def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hard
         "interconnect": hardware["gpu_interconnect"],
         "bandwidth_gbs": hardware.get("gpu_memory_bandwidth_gbs"),
         "kv_bytes_per_token_layer": spec.kv_bytes_per_token_per_layer(par["attn_tp"], spec.quant.param_bytes),
+        # one token's hidden state, the message of each all-reduce (activations in the model dtype)
+        "allreduce_bytes_per_token": int(spec.config["hidden_size"]) * spec.quant.param_bytes,
     }
 
 
