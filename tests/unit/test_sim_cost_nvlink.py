@@ -75,6 +75,10 @@ def test_nvlink_uses_the_measured_latency():
     assert m.describe()["collective_latency_us"] == pytest.approx(
         data["ops"]["all_reduce"]["2"]["latency_us"]
     )
+    # the planner gives the message size (hidden 8192 x bf16): one token's all-reduce is the measured
+    # time at 16 KB; without a size, every all-reduce costs the small-message latency
+    assert m.collective_bytes_per_token == 8192 * 2
+    m.collective_bytes_per_token = 0
     # the step holds 2 x 80 + 1 all-reduces at that latency: moving it moves the step by exactly that
     collectives = sum(s.collectives for s in m.stages)
     assert collectives == 161
