@@ -198,9 +198,10 @@ RULES: tuple[Rule, ...] = (
         "the warmup request failed",
     ),
     # vLLM: the engine core died while serving; the API server then exits 0 (docs/vllm.md).
+    # (EngineDeadError alone is generic: a normal SIGTERM stop can log it too, below.)
     _r(
         "crashed",
-        r"engine core exited unexpectedly|EngineDeadError",
+        r"engine core exited unexpectedly",
         True,
         "vLLM's engine core died (the API server exits with status 0 after it): see the lines above for why",
     ),
@@ -222,7 +223,9 @@ RULES: tuple[Rule, ...] = (
     _r(
         "crashed",
         r"Engine core initialization failed|EngineCore failed to start"
-        r"|Worker proc \S+ died unexpectedly",
+        r"|Worker proc \S+ died unexpectedly"
+        # also logged by a normal stop, when the API server's output handler sees the engine core go
+        r"|EngineDeadError",
         False,
         "vLLM's engine core did not start",
     ),

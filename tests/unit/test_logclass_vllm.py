@@ -76,11 +76,6 @@ FATAL = [
         "exited unexpectedly; starting cleanup",
         "crashed",
     ),
-    (
-        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) "
-        "for the root cause.",
-        "crashed",
-    ),
     # provoked: head_dim 16 on CPU (after ready, at the first request)
     ("RuntimeError: Unsupported CPU attention configuration: head_dim=16", "crashed"),
 ]
@@ -90,6 +85,9 @@ GENERIC = [
     "(EngineCore pid=5738) ERROR 11-29 15:43:15 [multiproc_executor.py:315] Worker proc VllmWorker-0 died "
     "unexpectedly (exit code: 0), shutting down executor.",
     "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore': 1}",
+    # after a SIGKILLed engine core, and also in a normal SIGTERM stop (startup-warm.log)
+    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) "
+    "for the root cause.",
 ]
 
 
@@ -134,6 +132,19 @@ def test_a_whole_vllm_start_and_stop_does_not_classify():
     assert any(logclass.is_ready_line(ln) for ln in lines)
     kv = [n for n in map(logclass.kv_tokens, lines) if n is not None]
     assert kv == [2097152]
+
+
+def test_a_normal_stop_that_logs_engine_dead_error_has_no_definitive_line():
+    """A warm start, then SIGTERM: vLLM's output handler logged EngineDeadError with a traceback
+    while shutting down. That must not read as a definitive failure (only the exit decides)."""
+    lines = (FIXTURES / "startup-warm.log").read_text().splitlines()
+    found = [m for m in map(logclass.classify_line, lines) if m]
+    assert found and all(m.cls == "crashed" and not m.definitive for m in found)
+    assert any("EngineDeadError" in m.line for m in found)
+    shutdown = next(i for i, ln in enumerate(lines) if "[shutdown] API server: shutdown triggered" in ln)
+    assert all(lines.index(m.line) > shutdown for m in found)
+    assert [n for n in map(logclass.kv_tokens, lines) if n is not None] == [2097152]
+    assert any("Compiling model again due to a load failure" in ln for ln in lines)
 
 
 def test_kv_tokens_line():
