@@ -2,6 +2,8 @@
 ci/make_tiny_model.py, deployed by the roles through sweep.yml on this machine (process
 supervisor), health-gated by sglang_health (engine vllm), benchmarked by sglang_bench at
 concurrency 1 and 4, stored and reported like any other layout; stop.yml leaves no process.
+The same sweep holds a layout of the simulated SGLang engine on the same host first: one run,
+two engines, each row of the report naming its own.
 
 The vLLM venv is the machine's cache (ci/vllm.sh: built once, about 250 s; then about 7 s),
 and so is vLLM's torch.compile cache of the service user, so a warm run takes about 2 to 3
@@ -32,6 +34,7 @@ VENV_LINK = REPO / ".venv" / "vllm"
 MODEL = REPO / "build" / "models" / "tiny-qwen2"
 HOST = "cpu-box"
 LAYOUT = "cpu-tp1"
+SIM_LAYOUT = "sim-tp1"
 BENCH = {
     "sglang_bench_concurrency": [1, 4],
     "sglang_bench_input_len": 32,
@@ -129,7 +132,8 @@ def _inventory(tmp_path, cache):
                     "sglang_service_manager": "process",
                     "sglang_model": {"name": "tiny-qwen2", "path": str(MODEL)},
                     "vllm_venv_path": str(VENV_LINK),
-                    "sglang_layouts": [layout],
+                    # the simulated SGLang first (seconds), then vLLM, on the same (pretend) GPU
+                    "sglang_layouts": [{"name": SIM_LAYOUT, "engine": "sim", "tp": 1}, layout],
                     "sglang_context_length": 2048,
                     "sglang_max_running_requests": 8,
                 }
@@ -180,7 +184,8 @@ def test_vllm_layout_sweep_on_cpu(run_playbook, tmp_path, run_dir, vllm):
         for log in run_dir.rglob("*.log"):
             shutil.copy(log, tmp_path / log.name)
     assert stop.status == "successful", failed_messages(stop)
-    assert _engine_processes([str(MODEL), f"--port {port}"]) == [], "stop.yml left an engine process"
+    for p in (port, port + 1):
+        assert _engine_processes([str(MODEL), f"--port {p}"]) == [], "stop.yml left an engine process"
 
     rec = json.loads((results / run_id / HOST / f"{LAYOUT}.json").read_text())
     logs = sorted(p.name for p in tmp_path.glob("*.log"))
@@ -201,11 +206,20 @@ def test_vllm_layout_sweep_on_cpu(run_playbook, tmp_path, run_dir, vllm):
     for lv in rec["levels"]:
         assert lv["completed"] >= 4 and lv["failed"] == 0, lv
     assert rec["summary"]["single_request_tok_s"] > 0 and rec["summary"]["peak_output_tok_s"] > 0
-    # the report: the engine on the row, not simulated
+    # the simulated layout of the same sweep: its own engine, marked simulated
+    sim = json.loads((results / run_id / HOST / f"{SIM_LAYOUT}.json").read_text())
+    assert sim["status"] == "ok", (sim.get("failure_class"), sim.get("msg"))
+    assert sim["engine"] == "sim" and sim["simulated"] is True
+    assert [lv["concurrency"] for lv in sim["levels"]] == [1, 4]
+    # the report: every row names its engine; vLLM's is not simulated
     report = (results / run_id / "REPORT.md").read_text()
-    assert f"| {LAYOUT} | vllm |" in report and "SIMULATED" not in report
+    assert f"| {LAYOUT} (vllm) | vllm |" in report, report
+    assert f"| {SIM_LAYOUT} (simulated) | sim |" in report and "SIMULATED" in report
     summary = json.loads((results / run_id / "summary.json").read_text())
-    assert summary["engines"] == ["vllm"] and summary["rows"][0]["engine"] == "vllm"
+    rows = {row["layout"]: row for row in summary["rows"]}
+    assert summary["engines"] == ["sim", "vllm"]
+    assert (rows[LAYOUT]["engine"], rows[LAYOUT]["simulated"]) == ("vllm", False)
+    assert (rows[SIM_LAYOUT]["engine"], rows[SIM_LAYOUT]["simulated"]) == ("sim", True)
     print(
         f"\nvllm sweep: venv {vllm['venv_s']} s, sweep {t_sweep:.0f} s, ready after "
         f"{rec['health']['ready_after_s']:.0f} s, api {api}, single {rec['summary']['single_request_tok_s']:.1f} tok/s, "
