@@ -604,12 +604,13 @@ def plan_layout(
     # SGLang sizes its pool from the memory free before load (CUDA context gone);
     # vLLM's utilization covers the whole card and its profiled activation peak.
     reserve = mfs * CUDA_CONTEXT_GIB if eng.name != "vllm" else CUDA_CONTEXT_GIB + VLLM_ACTIVATION_GIB
+    kv_fixed_gib = _vllm_fixed_kv_gib(eng, args, lay["env"])
     for pp_rank, comps in enumerate(stages):
         w = sum(comps.values()) / GIB
         layers = ranges[pp_rank]
         n_layers = layers[1] - layers[0] + 1
         kv_per_token = spec.kv_bytes_per_token_per_layer(par["attn_tp"], kvb) * n_layers
-        kv_gib = budget - w - reserve
+        kv_gib = budget - w - reserve if kv_fixed_gib is None else kv_fixed_gib
         kv_gib_min = min(kv_gib_min, kv_gib)
         stage_kv_tokens.append(int(kv_gib * GIB // kv_per_token) if kv_gib > 0 else 0)
         for tp_rank in range(par["tp"]):
@@ -686,6 +687,17 @@ def plan_layout(
             )
     plan["cost"] = decode_cost(spec, par, stages, hardware)
     return plan
+
+
+def _vllm_fixed_kv_gib(eng: Engine, args: dict, env: dict) -> float | None:
+    """vLLM sizes its KV cache from --kv-cache-memory-bytes, or on CPU from VLLM_CPU_KVCACHE_SPACE (GiB)."""
+    if eng.name != "vllm":
+        return None
+    if args.get("--kv-cache-memory-bytes") is not None:
+        return _float(args["--kv-cache-memory-bytes"], "kv_cache_memory_bytes") / GIB
+    if env.get("VLLM_CPU_KVCACHE_SPACE"):
+        return _float(env["VLLM_CPU_KVCACHE_SPACE"], "VLLM_CPU_KVCACHE_SPACE")
+    return None
 
 
 def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hardware: dict) -> dict:
@@ -949,6 +961,7 @@ def plan_host(inputs: dict) -> dict:
             "path": spec.path,
             "architecture": spec.architecture,
             "quantization": spec.quant.describe(),
+            "vocab_size": int(spec.config["vocab_size"]),
         },
         "mode": spec.mode,
         "sglang_version": sglang_flags().get("sglang_version"),

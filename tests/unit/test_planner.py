@@ -576,3 +576,30 @@ def test_vllm_args_are_checked_against_vllms_parser(repo):
         plan(repo, [{"name": "a", "engine": "vllm", "tp": 8, "args": {"mem_fraction_static": 0.9}}])
     e = plan(repo, [{"name": "a", "engine": "vllm", "tp": 8, "args": {"enforce_eager": True}}])["layouts"][0]
     assert "--enforce-eager" in e["flags"]
+
+
+def test_vllm_fixed_kv_size_on_cpu(tmp_path, repo):
+    cfg = {
+        "architectures": ["Qwen2ForCausalLM"],
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "num_hidden_layers": 2,
+        "vocab_size": 1024,
+        "max_position_embeddings": 32768,
+        "torch_dtype": "float32",
+        "tie_word_embeddings": True,
+    }
+    layout = {"name": "cpu", "engine": "vllm", "tp": 1, "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
+    doc = plan(
+        repo,
+        [layout],
+        hardware={"gpu_count": 1, "gpu_memory_gib": 16, "gpu_interconnect": "none"},
+        model={"name": "tiny", "hf_config": cfg},
+        serving={**DEMO_SERVING, "context_length": 2048, "gpu_memory_utilization": 0.9},
+    )
+    e = doc["layouts"][0]
+    # 1 GiB of KV at 1 kv head x 32 dims x K,V x 2 layers x 4 B = 512 B per token (vLLM logged 2,097,152)
+    assert e["kv_bytes_per_token"] == 512 and e["kv_tokens"] == 2_097_152
+    assert doc["model"]["vocab_size"] == 1024
