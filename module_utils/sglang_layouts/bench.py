@@ -56,7 +56,7 @@ FORMULAS = {
     "(chunk-gap ITL: a chunk with k tokens counts as one gap); all gaps of all completed requests pooled",
     "tpot_ms": "(e2e - ttft) / (completion_tokens - 1) per completed request with completion_tokens > 1",
     "e2e_ms": "t_end - t_start, t_end = arrival of the last chunk ([DONE] included)",
-    "decode_tok_s": "(completion_tokens - 1) / (e2e - ttft) per completed request = 1000 / tpot_ms",
+    "decode_tok_s": "(completion_tokens - 1) / (e2e - ttft) per completed request whose tokens arrived over time (not all in one chunk) = 1000 / tpot_ms",
     "achieved_concurrency": "Little's law: sum(e2e of every measured request, failed included) / duration_s",
     "stats": "mean = arithmetic mean; pXX = linear interpolation between closest ranks "
     "(numpy.percentile's default): x[floor(h)] + (h - floor(h)) * (x[floor(h)+1] - x[floor(h)]), h = (n-1) * XX/100",
@@ -771,11 +771,10 @@ def summarize_level(cfg, concurrency, results, duration, n_sent):
     failed = [r for r in results if not r["ok"]]
     tokens = sum(r["completion_tokens"] for r in ok)
     e2e_all = sum(r["e2e"] for r in results)
-    decode = [
-        (r["completion_tokens"] - 1) / (r["e2e"] - r["ttft"])
-        for r in ok
-        if r["completion_tokens"] > 1 and r["e2e"] > r["ttft"]
-    ]
+    # Decode speed needs tokens that arrived after the first one, at a later time: a server that
+    # sends everything in one chunk (vLLM on a fast tiny model) gives e2e ~ TTFT and no speed at all.
+    streamed = [r for r in ok if r["completion_tokens"] > 1 and r["e2e"] > r["ttft"] and sum(r["itl"]) > 0]
+    decode = [(r["completion_tokens"] - 1) / (r["e2e"] - r["ttft"]) for r in streamed]
     tpot = [
         1000.0 * (r["e2e"] - r["ttft"]) / (r["completion_tokens"] - 1)
         for r in ok
@@ -804,6 +803,12 @@ def summarize_level(cfg, concurrency, results, duration, n_sent):
         warnings.append(
             f"concurrency {concurrency}: {len(short)} requests returned fewer than output_len="
             f"{cfg['output_len']} tokens although ignore_eos was set"
+        )
+    unstreamed = len([r for r in ok if r["completion_tokens"] > 1]) - len(streamed)
+    if unstreamed:
+        warnings.append(
+            f"concurrency {concurrency}: {unstreamed} requests delivered all their tokens in one chunk; "
+            "their decode speed is undefined and left out"
         )
     sources = sorted({r["token_source"] for r in ok})
     return {

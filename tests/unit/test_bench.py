@@ -183,3 +183,25 @@ def test_knee_is_the_first_level_near_the_peak():
 
     s = bench.summarize([lv(1, 10), lv(2, 19), lv(4, 35), lv(8, 60), lv(16, 66), lv(32, 70), lv(64, 69)])
     assert s["peak_concurrency"] == 32 and s["knee_concurrency"] == 16
+
+
+def test_decode_speed_is_undefined_when_all_tokens_arrive_in_one_chunk():
+    from sglang_layouts import bench
+
+    def req(ttft, e2e, itl):
+        return {
+            "ok": True,
+            "completion_tokens": 16,
+            "prompt_tokens": 8,
+            "e2e": e2e,
+            "ttft": ttft,
+            "itl": itl,
+            "token_source": "usage",
+            "error": None,
+        }
+
+    cfg = {"output_len": 16}
+    # one request streamed over 150 ms, one delivered in a single read (e2e - TTFT = 1 microsecond)
+    level = bench.summarize_level(cfg, 1, [req(0.05, 0.2, [0.01] * 15), req(0.05, 0.050001, [])], 1.0, 2)
+    assert level["decode_tok_s"]["mean"] == pytest.approx(15 / 0.15)
+    assert any("one chunk" in w for w in level["warnings"])
