@@ -102,10 +102,16 @@ def rows(records):
 
 
 def winners(table):
-    """The best measured row for single-request speed and for peak throughput (ok/degraded rows only)."""
+    """The best row for single-request speed and for peak throughput (ok/degraded rows only).
+
+    Rows from real engines are preferred: a simulated row wins only in a run with no real one.
+    """
 
     def best(key):
         cands = [r for r in table if r["status_code"] in ("ok", "degraded") and r[key] is not None]
+        # a simulated figure never beats a measured one: the simulator's speeds are a cost model
+        real = [r for r in cands if not r["simulated"]]
+        cands = real or cands
         if not cands:
             return None
         r = max(cands, key=lambda r: r[key])

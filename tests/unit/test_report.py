@@ -144,3 +144,13 @@ def test_cli_prints_the_table(tmp_path, capsys):
     assert report.main(["--results-dir", rd, "--run-id", "run1", "--no-plots"]) == 0
     assert "| layout |" in capsys.readouterr().out
     assert report.main(["--results-dir", rd, "--run-id", "nope", "--no-plots"]) == 2
+
+
+def test_a_simulated_row_never_beats_a_real_one(tmp_path):
+    rd = str(tmp_path)
+    # the simulator's cost model is faster than the real engine here; the real row must still win
+    _store(rd, "sim-tp8", 8, [_level(1, 80.0, 80.0, 20.0), _level(4, 300.0, 75.0, 25.0)], engine="sim")
+    _store(rd, "cpu-tp1", 1, [_level(1, 30.0, 30.0, 40.0), _level(4, 100.0, 25.0, 45.0)], engine="vllm")
+    win = report.winners(report.rows(results.load_run(rd, "run1")))
+    assert win["single_request"]["layout"] == "cpu-tp1" and not win["single_request"]["simulated"]
+    assert win["peak_throughput"]["layout"] == "cpu-tp1"
