@@ -1,0 +1,159 @@
+"""A 2-node layout through the real playbooks on this machine: two inventory hosts (both local,
+process supervisor, simulated engine, each with its own run directory and API port) stand for two
+nodes; rank 0's address is 127.0.0.1 and the rendezvous port a free one.
+
+- sweep.yml: tp16-2n runs on both hosts at once (linear play), is benchmarked on node rank 0,
+  checked on both, stopped on both; one record, under node rank 0.
+- deploy.yml with node rank 1's API port taken: node rank 1's preflight refuses, and the barrier
+  fails both nodes before anything starts (the failure names node-b and its class).
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = REPO / ".venv" / "bin"
+UNIT = "sglang-kimi-k2-6-tp16-2n.service"
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the supervisor reads /proc")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def env():
+    # Not under pytest's 0700 tmp dir: as root the engines run as the service user, which must reach it.
+    root = Path(tempfile.mkdtemp(prefix="sglang-mn-it-"))
+    os.chmod(root, 0o755)
+    hosts = {}
+    for name in ("node-a", "node-b"):
+        run_dir = root / name
+        run_dir.mkdir()
+        os.chmod(run_dir, 0o755)
+        hosts[name] = {
+            "ansible_connection": "local",
+            "ansible_host": "127.0.0.1",
+            "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+            "gpu_count": 8,
+            "gpu_memory_gib": 94.97,
+            "gpu_interconnect": "pcie",
+            "sglang_run_dir": str(run_dir),
+            "sglang_base_port": free_port(),
+        }
+    # host variables: they outrank the collection's group_vars/all (group vars of an inventory file do not)
+    common = {
+        "sglang_engine": "sim",
+        "sglang_service_manager": "process",
+        "sglang_model": {"name": "kimi-k2.6", "path": str(REPO / "models" / "kimi-k2.6")},
+        "sglang_dist_init_port": free_port(),
+        "sglang_layouts": [
+            {
+                "name": "tp16-2n",
+                "tp": 16,
+                "nnodes": 2,
+                "env": {
+                    "SGLANG_SIM_DIST_TIMEOUT": "30",
+                    "SGLANG_SIM_NCCL_TIMEOUT_SECONDS": "5",
+                },
+            }
+        ],
+        "sglang_service_health_timeout": 120,
+        "sglang_bench_concurrency": [1, 4],
+        "sglang_bench_input_len": 32,
+        "sglang_bench_output_len": 8,
+        "sglang_bench_prompts_per_stream": 1,
+        "sglang_bench_min_prompts": 4,
+        "sglang_report_plots": False,
+    }
+    for host in hosts.values():
+        host.update(common)
+    inventory = root / "hosts.yml"
+    inventory.write_text(json.dumps({"sglang_hosts": {"hosts": hosts}}))
+    e = dict(os.environ)
+    e.update(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
+        ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.json",
+        ANSIBLE_CACHE_PLUGIN="memory",
+        ANSIBLE_COLLECTIONS_PATH=str(REPO / ".venv" / "collections"),
+        PATH=f"{VENV_BIN}:{e.get('PATH', '')}",
+    )
+    yield {"env": e, "inventory": inventory, "root": root, "hosts": hosts}
+    run(e, inventory, "stop.yml")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def run(env, inventory, playbook, *args):
+    # extra vars: the controller's plays (run id, report) read the results directory too
+    results = json.dumps({"sglang_results_dir": str(Path(inventory).parent / "results")})
+    cmd = [
+        str(VENV_BIN / "ansible-playbook"),
+        "-i",
+        str(inventory),
+        str(REPO / "playbooks" / playbook),
+        "-e",
+        results,
+        *args,
+    ]
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    try:
+        out = json.loads(p.stdout)
+    except ValueError:
+        pytest.fail(
+            f"no JSON from ansible-playbook (rc {p.returncode}): {p.stdout[-2000:]} {p.stderr[-2000:]}"
+        )
+    return p.returncode, out
+
+
+def failures(out):
+    return [
+        f"{host}: {task['task']['name']}: {res.get('msg')}"
+        for play in out["plays"]
+        for task in play["tasks"]
+        for host, res in task["hosts"].items()
+        if res.get("failed")
+    ]
+
+
+def pids(root):
+    return sorted(str(p.relative_to(root)) for p in Path(root).glob("node-*/*.pid"))
+
+
+def test_sweep_runs_the_two_nodes_together(env):
+    rc, out = run(env["env"], env["inventory"], "sweep.yml", "-e", "run_id=mn-it")
+    assert rc == 0, failures(out)
+    records = sorted(
+        p.relative_to(env["root"] / "results" / "mn-it")
+        for p in (env["root"] / "results" / "mn-it").rglob("*.json")
+        if p.name != "summary.json"
+    )
+    assert [str(p) for p in records] == ["node-a/tp16-2n.json"], records
+    record = json.loads((env["root"] / "results" / "mn-it" / "node-a" / "tp16-2n.json").read_text())
+    assert record["status"] == "ok", record.get("msg")
+    assert pids(env["root"]) == [], "the sweep stops both nodes"
+
+
+def test_a_refused_node_fails_both_before_any_start(env):
+    port_b = env["hosts"]["node-b"]["sglang_base_port"]
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", port_b))
+        busy.listen()
+        rc, out = run(env["env"], env["inventory"], "deploy.yml", "-e", "layout=tp16-2n")
+    assert rc != 0
+    msgs = failures(out)
+    barrier = [m for m in msgs if "Every node of the layout passed preflight" in m]
+    assert {m.split(":")[0] for m in barrier} == {"node-a", "node-b"}, msgs
+    assert all("refused on node-b" in m and f"port {port_b}" in m for m in barrier), barrier
+    assert pids(env["root"]) == [], "no node started"
