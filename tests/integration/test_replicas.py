@@ -196,3 +196,18 @@ def test_replicas_behind_the_router(env):
     for p in (port, port + 1, port + 2):
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", p)) != 0, f"port {p} still open after stop"
+
+
+def test_sweep_measures_the_replica_layout_like_any_other(env):
+    """The same per-layout flow as every layout: deploy, bench through the router, check every
+    replica and the router, stop; one record with the layout's plan (replicas, router)."""
+    e, extra, run_dir = env["env"], env["extra"], env["run_dir"]
+    rc, out = run(e, extra, "sweep.yml", "-e", "run_id=replicas-sweep")
+    assert rc == 0, failures(out)
+    record = json.loads((run_dir / "results" / "replicas-sweep" / "seed-box" / f"{LAYOUT}.json").read_text())
+    assert record["status"] == "ok", record.get("msg")
+    assert record["prediction"]["parallel"]["replicas"] == 2 and record["gpus_used"] == 8
+    assert record["health"]["router"]["url"] == record["health"]["url"]
+    assert [r for r in results(out, "Check | Each unit still runs") if not r.get("skipped")], "the check ran"
+    for unit in UNITS.values():
+        assert pid_of(run_dir, unit) is None, unit
