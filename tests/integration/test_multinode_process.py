@@ -157,3 +157,20 @@ def test_a_refused_node_fails_both_before_any_start(env):
     assert {m.split(":")[0] for m in barrier} == {"node-a", "node-b"}, msgs
     assert all("refused on node-b" in m and f"port {port_b}" in m for m in barrier), barrier
     assert pids(env["root"]) == [], "no node started"
+
+
+def test_sweep_records_a_failed_node_with_its_class_and_host(env):
+    port_b = env["hosts"]["node-b"]["sglang_base_port"]
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", port_b))
+        busy.listen()
+        rc, out = run(env["env"], env["inventory"], "sweep.yml", "-e", "run_id=mn-it-failed")
+    assert rc == 0, failures(out)
+    folder = env["root"] / "results" / "mn-it-failed"
+    assert not (folder / "node-b").exists(), "one record per layout, under node rank 0"
+    record = json.loads((folder / "node-a" / "tp16-2n.json").read_text())
+    assert record["status"] == "failed"
+    assert record["failure_class"] == "refused"
+    assert record["evidence"]["host"] == "node-b"
+    assert [n["host"] for n in record["evidence"]["nodes"]] == ["node-b"]
+    assert pids(env["root"]) == []
