@@ -952,7 +952,7 @@ def plan_host(inputs: dict) -> dict:
     serving = normalize_serving(inputs.get("serving") or {})
     cluster = normalize_cluster(inputs.get("cluster"), inputs.get("host"))
     plans = [plan_layout(layout, spec, hardware, serving, cluster) for layout in layouts]
-    _conflicts(plans)
+    _conflicts(plans, inputs.get("host"))
     return {
         "schema": PLAN_SCHEMA,
         "host": inputs.get("host"),
@@ -971,14 +971,29 @@ def plan_host(inputs: dict) -> dict:
     }
 
 
-def _conflicts(plans: list[dict]) -> None:
+def _units_here(p: dict, host: str | None) -> list[str]:
+    """The units a layout really runs on this host: its own, or its replicas' and router's."""
+    if not p.get("replicas"):
+        return [p["unit_name"]]
+    units = [r["unit_name"] for r in p["replicas"] if r["host"] == host]
+    if p["router"]["host"] == host:
+        units.append(p["router"]["unit_name"])
+    return units
+
+
+def _conflicts(plans: list[dict], host: str | None = None) -> None:
     """Units that share a GPU conflict (systemd Conflicts=): starting one stops the others."""
     deployable = [q for q in plans if q["verdict"] != "invalid"]
     for p in plans:
+        mine = set(_units_here(p, host))
         p["conflicts"] = sorted(
-            q["unit_name"]
-            for q in deployable
-            if q is not p and q["unit_name"] != p["unit_name"] and set(q["gpu_ids"]) & set(p["gpu_ids"])
+            {
+                unit
+                for q in deployable
+                if q is not p and set(q["gpu_ids"]) & set(p["gpu_ids"])
+                for unit in _units_here(q, host)
+                if unit not in mine
+            }
         )
         clash = [
             q["name"]

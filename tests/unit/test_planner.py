@@ -603,3 +603,19 @@ def test_vllm_fixed_kv_size_on_cpu(tmp_path, repo):
     # 1 GiB of KV at 1 kv head x 32 dims x K,V x 2 layers x 4 B = 512 B per token (vLLM logged 2,097,152)
     assert e["kv_bytes_per_token"] == 512 and e["kv_tokens"] == 2_097_152
     assert doc["model"]["vocab_size"] == 1024
+
+
+def test_other_layouts_conflict_with_the_replicas_units(repo):
+    e = by_name(
+        plan(
+            repo,
+            [{"name": "tp4x2", "tp": 4, "replicas": 2}, {"name": "ep8", "tp": 8, "ep": 8}],
+            hardware=H200,
+        )
+    )
+    assert e["ep8"]["conflicts"] == [
+        "sglang-kimi-k2-6-tp4x2-r0.service",
+        "sglang-kimi-k2-6-tp4x2-r1.service",
+        "sglang-kimi-k2-6-tp4x2-router.service",
+    ]
+    assert e["tp4x2"]["conflicts"] == ["sglang-kimi-k2-6-ep8.service"]
