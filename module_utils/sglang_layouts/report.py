@@ -93,6 +93,7 @@ def rows(records):
                 "kv_measured": kv.get("measured"),
                 "kv_error_pct": kv.get("error_pct"),
                 "simulated": bool(rec.get("simulated")),
+                "replicas": ((rec.get("prediction") or {}).get("parallel") or {}).get("replicas") or 1,
                 "reasons": rec.get("reasons") or [],
                 "msg": rec.get("msg"),
                 "attempt": rec.get("attempt", 1),
@@ -148,7 +149,7 @@ def _fmt(v, key=None):
 
 def to_csv(table):
     buf = io.StringIO()
-    keys = [k for k, _ in COLUMNS] + ["failure_class", "attempt"]
+    keys = [k for k, _ in COLUMNS] + ["replicas", "failure_class", "attempt"]
     w = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for r in table:
@@ -188,7 +189,8 @@ def to_markdown(run_id, table, win, plots=()):
         cells = []
         for k, _ in cols:
             if k == "layout":
-                cells.append(f"{r['layout']}{_engine_tag(r, multi_engine)}")
+                replicas = f" ({r['replicas']} replicas, router)" if (r.get("replicas") or 1) > 1 else ""
+                cells.append(f"{r['layout']}{replicas}{_engine_tag(r, multi_engine)}")
             else:
                 cells.append(_fmt(r[k], k))
         lines.append("| " + " | ".join(cells) + " |")

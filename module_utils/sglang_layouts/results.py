@@ -149,6 +149,9 @@ def build_record(
                 "notes",
                 "unit_name",
                 "port",
+                "nodes",
+                "replicas",
+                "router",
             )
             if k in plan
         },
