@@ -15,16 +15,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
-LAYOUTS = [
-    {"name": "tp8", "tp": 8},
-    {"name": "pp8", "pp": 8},
-    {"name": "ep8", "tp": 8, "ep": 8},
-    {"name": "tp4ep2", "tp": 4, "ep": 2},
-    {"name": "tp2ep4", "tp": 2, "ep": 4},
-    {"name": "moe-tp4-ep2", "tp": 8, "ep": 2},
+# The demo's seven layouts (inventory/demo) plus three more, so that ten are planned.
+LAYOUTS = yaml.safe_load((REPO / "inventory/demo/group_vars/sglang_hosts.yml").read_text())[
+    "sglang_layouts"
+] + [
     {"name": "moe-tp2-ep4", "tp": 8, "ep": 4},
-    {"name": "dp-attention", "tp": 8, "dp": 2, "enable_dp_attention": True, "ep": 8},
     {"name": "tp2pp4", "tp": 2, "pp": 4},
     {"name": "tp8-fp8kv", "tp": 8, "args": {"kv_cache_dtype": "fp8_e4m3"}},
 ]

@@ -164,6 +164,17 @@ def _label(row, multi_host, multi_engine=False):
     return f"{name} [{row['engine']}]" if multi_engine and row.get("engine") else name
 
 
+def _record_label(rec, multi_host, multi_engine):
+    """A plot legend's name for a stored record (the row label of _label)."""
+    row = {
+        "host": rec["host"],
+        "layout": rec["layout"],
+        "simulated": rec.get("simulated"),
+        "engine": engine_of(rec),
+    }
+    return _label(row, multi_host, multi_engine)
+
+
 def _engine_tag(row, multi_engine):
     """' (vllm)' beside a layout's name when the run holds several engines; simulated rows say so."""
     if row.get("simulated"):
@@ -244,16 +255,7 @@ def plot(records, outdir, run_id):
     fig, ax = plt.subplots(figsize=(8, 5))
     for rec in measured:
         lv = sorted(rec["levels"], key=lambda x: x["concurrency"])
-        label = _label(
-            {
-                "host": rec["host"],
-                "layout": rec["layout"],
-                "simulated": rec.get("simulated"),
-                "engine": engine_of(rec),
-            },
-            multi_host,
-            multi_engine,
-        )
+        label = _record_label(rec, multi_host, multi_engine)
         ax.plot([x["concurrency"] for x in lv], [x["output_tok_s"] for x in lv], marker="o", label=label)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("concurrency (streams)")
@@ -271,16 +273,7 @@ def plot(records, outdir, run_id):
     points = []
     for rec in measured:
         gpus = rec.get("gpus_used") or 1
-        label = _label(
-            {
-                "host": rec["host"],
-                "layout": rec["layout"],
-                "simulated": rec.get("simulated"),
-                "engine": engine_of(rec),
-            },
-            multi_host,
-            multi_engine,
-        )
+        label = _record_label(rec, multi_host, multi_engine)
         xs, ys = [], []
         for x in sorted(rec["levels"], key=lambda x: x["concurrency"]):
             per_user = (x.get("decode_tok_s") or {}).get("mean")
