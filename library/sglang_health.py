@@ -18,7 +18,7 @@ description:
     For systemd that log is the journal after I(journal_cursor); for the process supervisor it is
     the log file from I(log_offset). As soon as the process exits (with any status, 0 included) or a fatal line
     appears, the module fails with C(failure_class) (cuda_oom, kv_cache_no_memory, nccl_timeout, rank_died,
-    port_in_use, bad_args, import_error, model_not_found, crashed, ready_timeout) and C(evidence) (the line,
+    jit_build_failed, port_in_use, bad_args, import_error, model_not_found, crashed, ready_timeout) and C(evidence) (the line,
     the last 30 log lines, the exit status).
   - Changes nothing on the host.
 options:
@@ -111,6 +111,18 @@ options:
   api_key:
     description: The server's API key, for servers started with one. Never returned.
     type: str
+  slice_s:
+    description:
+      - Return after this many seconds without a verdict, with C(pending=true), the start-up C(phase) reached
+        and a C(resume) state; 0 waits for the verdict in one call.
+      - The action plugin of the same name uses it to show the phase while it waits (loading weights,
+        KV cache allocated, capturing CUDA graphs, JIT compiling kernels), so a cold start of several minutes
+        is never silent. Playbooks set I(progress_every) on the action instead.
+    type: float
+    default: 0
+  resume:
+    description: The C(resume) state a pending call returned; the wait goes on from there (same log position and clock).
+    type: dict
 attributes:
   check_mode:
     support: full
@@ -166,6 +178,15 @@ server_args:
   description: The resolved server arguments from C(/server_info), with secrets masked.
   returned: success
   type: dict
+phases:
+  description: Seconds from the start of the wait to each start-up phase the log announced.
+  returned: success
+  type: dict
+  sample: {"loading weights": 38.2, "KV cache allocated": 41.0, "capturing CUDA graphs": 41.1, "ready": 79.8}
+pending:
+  description: True when I(slice_s) ran out before a verdict (then C(phase) and C(resume) are returned).
+  returned: when slice_s is set and no verdict was reached
+  type: bool
 failure_class:
   description: Why the server is not ready.
   returned: failure
@@ -241,6 +262,8 @@ def main():
             "grace": {"type": "float", "default": 30.0},
             "confirm": {"type": "bool", "default": True},
             "api_key": {"type": "str", "no_log": True},
+            "slice_s": {"type": "float", "default": 0},
+            "resume": {"type": "dict"},
         },
         required_if=[("manager", "process", ["run_dir"])],
         supports_check_mode=True,
@@ -305,6 +328,8 @@ def main():
             api_key=p["api_key"],
             confirm=p["confirm"],
             engine=engine,
+            slice_s=p["slice_s"] or None,
+            resume=p["resume"],
         )
     except health.HealthFailure as exc:
         module.fail_json(

@@ -73,6 +73,13 @@ class FileFollower:
         """Complete lines of this start after the process ended (None: read() already has them)."""
         return None
 
+    def position(self) -> dict:
+        return {"offset": self.offset - len(self._partial)}
+
+    def seek(self, position: dict):
+        self.offset = int(position.get("offset", self.offset))
+        self._partial = b""
+
     def close(self):
         pass
 
@@ -99,6 +106,15 @@ class JournalFollower:
         fd = self.proc.stdout.fileno()
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
         self._partial = b""
+        # Lines of this start already read by an earlier slice of the gate (see position()).
+        self._skip = 0
+        self.lines_read = 0
+
+    def position(self) -> dict:
+        return {"lines": self.lines_read}
+
+    def seek(self, position: dict):
+        self._skip = self.lines_read = int(position.get("lines", 0))
 
     def read(self) -> list[str]:
         chunks = []
@@ -114,6 +130,11 @@ class JournalFollower:
             return []
         data = self._partial + b"".join(chunks)
         *lines, self._partial = data.split(b"\n")
+        if self._skip:
+            dropped = min(self._skip, len(lines))
+            lines = lines[dropped:]
+            self._skip -= dropped
+        self.lines_read += len(lines)
         return [ln.decode("utf-8", "replace") for ln in lines]
 
     def final(self) -> list[str] | None:
@@ -156,6 +177,7 @@ class ProcState:
     signal: str | None = None
     started_at: float | None = None  # epoch seconds
     detail: dict = field(default_factory=dict)
+    stop_requested: bool = False  # the supervisor or systemd was asked to stop it
 
 
 def systemd_state(unit: str, systemctl="systemctl") -> ProcState:
@@ -176,7 +198,9 @@ def systemd_state(unit: str, systemctl="systemctl") -> ProcState:
     mono = d.get("ExecMainStartTimestampMonotonic", "0")
     if mono.isdigit() and int(mono) > 0:
         started = time.time() - (time.monotonic() - int(mono) / 1e6)
-    ps = ProcState(alive=alive, started_at=started, detail=d)
+    # A stop job (systemctl stop, Conflicts=) in progress; once it is over, systemd's own
+    # "Stopping <unit>" line in the journal says the same (logclass).
+    ps = ProcState(alive=alive, started_at=started, detail=d, stop_requested=active == "deactivating")
     if not alive:
         # ExecMainCode: 1 = exited, 2 = killed, 3 = dumped (CLD_*)
         if code == "1":
@@ -201,7 +225,8 @@ def process_state(run_dir: str, name: str) -> ProcState:
     if st["running"]:
         return ProcState(alive=True, started_at=started)
     ex = st["exit"] or {}
-    ps = ProcState(alive=False, started_at=started, detail=ex)
+    stopped = os.path.exists(supervisor.paths(run_dir, name)["stop"])
+    ps = ProcState(alive=False, started_at=started, detail=ex, stop_requested=stopped)
     if ex.get("signal"):
         import signal as _signal
 
@@ -428,34 +453,56 @@ def wait_ready(
     confirm: bool = True,
     on_verdict=None,
     engine: str = "sglang",
+    slice_s: float | None = None,
+    resume: dict | None = None,
 ) -> dict:
     """Block until ready (returns facts) or raise HealthFailure with the class and the evidence.
 
     engine: sglang and sim confirm with /generate and read /server_info; vllm confirms with
-    /v1/completions and takes the KV capacity from its log (see the module docstring)."""
+    /v1/completions and takes the KV capacity from its log (see the module docstring).
+
+    slice_s: return after this many seconds without a verdict, with `pending: true`, the start-up
+    phase reached and a `resume` state; calling again with `resume=` goes on where this call left
+    off (same log position, same clock, same findings), so a caller can show progress between
+    slices. The state holds log lines, never the API key."""
     engine = engine_of(engine)
-    t0 = time.monotonic()
-    tail: deque[str] = deque(maxlen=TAIL)
-    found: logclass.Match | None = None
-    found_at = None
-    ready_line = False
-    kv_seen: list[int] = []
+    resume = resume or {}
+    now = time.time()
+    t0 = float(resume.get("t0", now))  # epoch: the clock survives across slices
+    slice_end = time.monotonic() + slice_s if slice_s else None
+    tail: deque[str] = deque(resume.get("tail", []), maxlen=TAIL)
+    classifier = logclass.LogClassifier()
+    if resume.get("found"):
+        classifier.found = logclass.Match(**resume["found"])
+    found_at = resume.get("found_at")
+    ready_line = bool(resume.get("ready_line"))
+    kv_seen: list[int] = list(resume.get("kv_seen", []))
+    phases: dict[str, float] = dict(resume.get("phases", {}))
+    phase = resume.get("phase", "loading")
+    if resume.get("position"):
+        follower.seek(resume["position"])
     prober = Prober(base_url, api_key, poll=max(poll, 0.2))
     prober.start()
 
+    def elapsed():
+        return round(time.time() - t0, 3)
+
     def feed(lines):
-        nonlocal found, found_at, ready_line
+        nonlocal found_at, ready_line, phase
         for line in lines:
             # server_args=ServerArgs(...) alone is ~10 kB: keep the evidence readable.
             tail.append(
                 line if len(line) <= MAX_LINE else f"{line[:MAX_LINE]}... [{len(line) - MAX_LINE} more chars]"
             )
-            m = logclass.classify_line(line)
-            if m and found is None:
-                found_at = time.monotonic()
-            found = logclass.best(found, m)
+            m = classifier.feed(line)
+            if m and found_at is None:
+                found_at = time.time()
             if logclass.is_ready_line(line):
                 ready_line = True
+            new_phase = logclass.phase_of(line)
+            if new_phase:
+                phase = new_phase
+                phases.setdefault(new_phase, elapsed())
             if engine == "vllm":
                 n = logclass.kv_tokens(line)
                 if n is not None:
@@ -469,11 +516,10 @@ def wait_ready(
             "line": line,
             "log_tail": list(tail),
             "exit_status": state.exit_status if state and not state.alive else None,
+            "phase": phase,
         }
         what = f"{cls}: {line[:300]}" if line else f"{cls}: {ev['exit_status'] or 'no fatal line'}"
-        raise HealthFailure(
-            cls, f"{base_url} did not become ready ({round(time.monotonic() - t0, 1)} s): {what}", ev, hint
-        )
+        raise HealthFailure(cls, f"{base_url} did not become ready ({round(elapsed(), 1)} s): {what}", ev, hint)
 
     def drain(settle=0.3, limit=1.5):
         """Collect the lines still in flight (journald lags the process a little)."""
@@ -491,8 +537,10 @@ def wait_ready(
     try:
         while True:
             feed(follower.read())
+            found = classifier.found
             if found is not None and found.definitive:
-                drain(settle=0.1, limit=0.4)
+                drain(settle=0.05, limit=0.2)
+                found = classifier.found
                 fail(found.cls, found.line, found.hint, state_fn())
             state = state_fn()
             if not state.alive:
@@ -500,13 +548,17 @@ def wait_ready(
                 complete = follower.final()
                 if complete:
                     tail.clear()
-                    found = None
+                    classifier = logclass.LogClassifier()
                     feed(complete)
+                found = classifier.found
                 if found is not None:
                     fail(found.cls, found.line, found.hint, state)
-                cls, hint = logclass.classify_exit(state.exit_code, state.signal, engine)
+                cls, hint = logclass.classify_exit(state.exit_code, state.signal, engine) or (
+                    "crashed",
+                    "the engine exited",
+                )
                 fail(cls, None, hint, state)
-            if found is not None and prober.phase != "ready" and time.monotonic() - found_at >= grace:
+            if found is not None and prober.phase != "ready" and time.time() - found_at >= grace:
                 fail(found.cls, found.line, found.hint, state)
             if prober.phase == "ready":
                 try:
@@ -527,25 +579,44 @@ def wait_ready(
                     prober = Prober(base_url, api_key, poll=max(poll, 0.2))
                     prober.start()
                 else:
-                    now = time.time()
-                    facts["waited_s"] = round(time.monotonic() - t0, 3)
+                    facts["waited_s"] = elapsed()
                     facts["ready_after_s"] = (
-                        round(now - state.started_at, 3) if state.started_at else facts["waited_s"]
+                        round(time.time() - state.started_at, 3) if state.started_at else facts["waited_s"]
                     )
                     facts["ready_line_seen"] = ready_line
                     # Ready at the very first probe: the server was already up (an unchanged redeploy),
                     # so ready_after_s is only its uptime, not a start-up time.
-                    facts["already_ready"] = prober.first_phase == "ready"
+                    facts["already_ready"] = prober.first_phase == "ready" and not resume
                     facts["url"] = base_url
                     facts["engine"] = engine
+                    facts["phases"] = phases
                     return facts
-            if time.monotonic() - t0 >= timeout:
+            if elapsed() >= timeout:
                 fail(
                     "ready_timeout",
                     None,
-                    f"not ready after {timeout:.0f} s (last phase: {prober.phase})",
+                    f"not ready after {timeout:.0f} s (last phase: {phase}; HTTP: {prober.phase})",
                     state,
                 )
+            if slice_end is not None and time.monotonic() >= slice_end:
+                found = classifier.found
+                return {
+                    "pending": True,
+                    "phase": phase,
+                    "phases": phases,
+                    "waited_s": elapsed(),
+                    "resume": {
+                        "t0": t0,
+                        "position": follower.position(),
+                        "tail": list(tail),
+                        "found": found.__dict__ if found else None,
+                        "found_at": found_at,
+                        "ready_line": ready_line,
+                        "kv_seen": kv_seen,
+                        "phases": phases,
+                        "phase": phase,
+                    },
+                }
             time.sleep(poll)
     finally:
         prober.stop()
@@ -562,14 +633,26 @@ def check_alive(follower, state_fn, settle: float = 0.3, engine: str = "sglang")
     finally:
         follower.close()
     tail = [ln if len(ln) <= MAX_LINE else ln[:MAX_LINE] + " [...]" for ln in lines[-TAIL:]]
-    found = logclass.classify(lines)
     state = state_fn()
+    # After a stop the tool asked for, SGLang's stop cascade is no failure.
+    classifier = logclass.LogClassifier(stop_requested=state.stop_requested)
+    for line in lines:
+        classifier.feed(line)
+    found = classifier.found
     if found is None and state.alive:
         return
     if found is not None:
         cls, line, hint = found.cls, found.line, found.hint
     else:
-        (cls, hint), line = logclass.classify_exit(state.exit_code, state.signal, engine_of(engine)), None
+        exit_class = logclass.classify_exit(
+            state.exit_code,
+            state.signal,
+            engine_of(engine),
+            stop_requested=state.stop_requested or classifier.stopping,
+        )
+        if exit_class is None:
+            return
+        (cls, hint), line = exit_class, None
     ev = {"line": line, "log_tail": tail, "exit_status": None if state.alive else state.exit_status}
     what = line[:300] if line else ev["exit_status"]
     raise HealthFailure(cls, f"the engine is not healthy: {cls}: {what}", ev, hint)

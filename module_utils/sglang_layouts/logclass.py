@@ -1,22 +1,37 @@
 """Engine log lines (SGLang, its simulator, vLLM) -> failure class.
 
-One ordered table of regular expressions over SGLang's real log lines
-(notes/sglang.md sections 3.3-3.5, 0.5.10.post1 and newer) and vLLM's
-(docs/vllm.md "Failures", 0.32.0). The rows of both engines share the table:
-their lines do not overlap, and a class means the same thing for either
-engine (kv_cache_no_memory is SGLang's "Not enough memory" and vLLM's "No
-available memory for the cache blocks"). The first row
-that matches a line gives the line's class; across several lines the row with
-the highest priority (lowest index) wins, so the traceback's
-`torch.OutOfMemoryError` beats the `Scheduler hit an exception` that
-announces it.
+A line is fatal because of what it *is*, not because it names an error:
 
-Rows are *definitive* (the line names the cause: the verdict can be given at
-once) or *generic* (something died, the cause may follow in the next lines:
-wait a moment for a definitive line or the process exit). Lines that look
-alarming but are not fatal (the PCIe custom-all-reduce warning, the 20 s
-health-check message under load, request retractions, NCCL's destructor
-warning) are listed in BENIGN and never classify.
+- the exception that ends a traceback (`torch.OutOfMemoryError: ...`,
+  `ValueError: Loaded weights leave no GPU memory ...`, the interpreter's own
+  `python: No module named sglang`): it is what was raised, so it killed
+  whatever raised it;
+- a message the engine logs only on its way down (`Scheduler hit an
+  exception`, `Subprocess scheduler_2 ... crashed with exit code -6`, uvicorn's
+  bind error).
+
+A logged message that merely *mentions* an exception is not fatal: a live
+server reports optional features it disabled that way (SGLang 0.5.16: `OpenAI
+Responses API (/v1/responses) disabled: ... (ModuleNotFoundError: No module
+named 'openai_harmony')`, `Ignore import error when loading ...`). Rules therefore
+carry a scope: `raised` rules only read exception lines, `logged` rules any line.
+A raised exception inside a traceback that a live server announced as handled
+(`Exception in ASGI application`, ...) is demoted to generic.
+
+Rules are *definitive* (the line names the cause: the verdict can be given at
+once) or *generic* (something died, the cause may follow: wait for a
+definitive line or the process exit). Across several lines the row with the
+highest priority (lowest index) wins, so the traceback's `OutOfMemoryError`
+beats the `Scheduler hit an exception` that announced it.
+
+A requested stop is not a failure: after the stop marker (the supervisor's
+STOP_MARKER, systemd's `Stopping <unit>`, SGLang's SIGTERM drain line) and with
+the caller saying it asked for the stop, the cascade SGLang logs on a SIGTERM
+(`Subprocess scheduler_0 ... crashed with exit code -15`, `SIGQUIT received`,
+`kill_process_tree`, exit status 137) classifies as nothing.
+
+Each rule says where its line was seen (`seen`): the SGLang or vLLM version and
+whether from a real run's log (`run`) or the engine's source (`source`).
 
 Pure Python, standard library only: used by the sglang_health module, the
 simulator's tests and benchmarks/bench_health.py.
@@ -30,6 +45,7 @@ from dataclasses import dataclass
 CLASSES = (
     "cuda_oom",
     "kv_cache_no_memory",
+    "jit_build_failed",
     "nccl_timeout",
     "rank_died",
     "port_in_use",
@@ -44,6 +60,55 @@ READY_LINE = "The server is fired up and ready to roll!"
 # vLLM: its own last start-up line, then uvicorn's (docs/vllm.md, start-up table).
 READY_LINES = (READY_LINE, "Starting vLLM server on http", "Application startup complete.")
 
+# Written into the engine's log by the process supervisor just before it signals a stop.
+STOP_MARKER = "sglang-layouts: stop requested"
+
+# ---------------------------------------------------------------- line anatomy
+
+# SGLang: `[2026-12-01 20:21:01] ` or `[2026-12-01 20:21:01 DP0 TP3] `
+_SGLANG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?(?: [A-Z]+\d+)*\] ")
+# vLLM: `(EngineCore pid=5738) ERROR 11-29 15:43:15 [core.py:1510] ` (either part alone too)
+_VLLM_PROC = re.compile(r"^\((?:\w+)(?: pid=\d+)?\) ")
+_VLLM_LEVEL = re.compile(
+    r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] "
+)
+# torch's C++ log prefix: `[rank3]:[E1129 10:00:00.000000000 ProcessGroupNCCL.cpp:632] `
+_TORCH_PREFIX = re.compile(r"^(?:\[rank\d+\]:)?\[[EWI]\d{4} [\d:.]+ [^\]]+\] ")
+# What Python prints as the last line of a traceback: a dotted exception name, then `: message`.
+_RAISED = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception|KeyboardInterrupt)(?::\s|$)")
+# The interpreter itself, before any code runs: `/opt/sglang/venv/bin/python: No module named sglang`.
+_INTERPRETER = re.compile(r"^\S*python[\d.]*: (?:No module named |Error while finding module specification)")
+
+# Messages of a live server that announce a traceback it handled (the server goes on).
+_HANDLED = re.compile(
+    r"Exception in ASGI application|Exception in callback|Task exception was never retrieved"
+    r"|Error in request|Failed to process request|Exception when handling request"
+)
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\):\s*$")
+
+# Proof that a stop was asked for: the supervisor's marker, systemd's stop job.
+_STOP_REQUESTS = re.compile(re.escape(STOP_MARKER) + r"|^Stopping \S+\.service")
+# The engine's own stop lines: a stop, but from whom? They count only when the caller asked for one.
+_STOP_LINES = re.compile(
+    r"SIGTERM received\. .*Draining requests|\[shutdown\] API server: shutdown triggered|^(?:INFO:\s+)?Shutting down$"
+)
+
+
+def body_of(line: str) -> str:
+    """The message of a log line, without the engine's timestamp/rank/process prefixes."""
+    body = _SGLANG_PREFIX.sub("", line, count=1)
+    body = _VLLM_PROC.sub("", body, count=1)
+    body = _VLLM_LEVEL.sub("", body, count=1)
+    return _TORCH_PREFIX.sub("", body, count=1)
+
+
+def is_raised(body: str) -> bool:
+    """The body is an exception as Python prints it (or the interpreter's own start-up error)."""
+    return bool(_RAISED.match(body) or _INTERPRETER.match(body))
+
+
+# ---------------------------------------------------------------- rules
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -51,39 +116,19 @@ class Rule:
     pattern: re.Pattern
     definitive: bool
     hint: str
+    scope: str  # "raised": exception lines only; "logged": any line
+    seen: str  # where the line was seen: engine version, run or source
 
 
-def _r(cls: str, pattern: str, definitive: bool, hint: str) -> Rule:
-    return Rule(cls, re.compile(pattern), definitive, hint)
+def _r(cls: str, pattern: str, definitive: bool, hint: str, scope: str, seen: str) -> Rule:
+    return Rule(cls, re.compile(pattern), definitive, hint, scope, seen)
 
 
-# Lines that must never classify, although they contain alarming words.
-BENIGN = tuple(
-    re.compile(p)
-    for p in (
-        # custom all-reduce off on >2 PCIe GPUs (custom_all_reduce_utils.py)
-        r"is disabled because it's not supported on more than two PCIe-only GPUs",
-        # /health under long prefill (#22511): the server keeps working
-        r"Health check failed\. Server couldn't get a response from detokenizer",
-        # KV pool full at run time: requests are retracted, the server lives on
-        r"KV cache pool is full\. Retract requests",
-        # torch's destructor warning at a clean exit
-        r"process group has NOT been destroyed before",
-        # DeepGEMM JIT notice: slow, not fatal
-        r"Entering DeepGEMM JIT Pre-Compile session",
-        # optional model modules that fail to import are skipped by SGLang's registry
-        r"Ignore import error when loading",
-        # the deprecation notice of `python -m sglang.launch_server`
-        r"UserWarning: .*launch_server",
-        # SIGTERM drain during a normal stop
-        r"SIGTERM received\. .*Draining requests",
-        # vLLM on CPU without triton (ci/vllm.sh removes it): the V1 model runner is used
-        r"Triton is not installed\. triton-cpu is expected",
-        # vLLM's AOT cache miss on CPU: it compiles again (docs/vllm.md, warm start)
-        r"Compiling model again due to a load failure",
-        # vLLM's normal stop (SIGTERM) leaves shared memory to the resource tracker
-        r"resource_tracker: There appear to be \d+ leaked shared_memory objects",
-    )
+_JIT_HINT = (
+    "a JIT kernel build failed (SGLang, flashinfer and tvm-ffi compile CUDA kernels with nvcc and ninja "
+    "on first use): check that nvcc 13 is on the service's PATH and CUDA_HOME points at it, that ninja is "
+    "installed, that flashinfer-python is complete (its flashinfer/data/ sources), and that the JIT caches "
+    "(~/.cache/flashinfer, TVM_FFI_CACHE_DIR) are writable by the service user"
 )
 
 # Ordered: priority = position. Definitive rows first within each cause.
@@ -94,6 +139,8 @@ RULES: tuple[Rule, ...] = (
         r"|Loaded weights leave no GPU memory for the KV cache",
         True,
         "weights fit but leave no room for the KV cache: raise --mem-fraction-static or use more GPUs",
+        "logged",
+        "SGLang 0.5.16 run (H200); 0.5.10.post1 and 0.5.23 source",
     ),
     # vLLM (v1/core/kv_cache_utils.py, v1/worker/cpu_worker.py): the KV budget is empty, or smaller
     # than one --max-model-len request, or (CPU) larger than the free RAM.
@@ -102,6 +149,8 @@ RULES: tuple[Rule, ...] = (
         r"No available memory for the cache blocks",
         True,
         "vLLM: weights and activations use the whole budget: raise --gpu-memory-utilization or use more GPUs",
+        "logged",
+        "vLLM 0.32.0 source and CPU run",
     ),
     _r(
         "kv_cache_no_memory",
@@ -110,6 +159,19 @@ RULES: tuple[Rule, ...] = (
         True,
         "vLLM: the KV cache cannot hold one --max-model-len request: lower --max-model-len "
         "(the line says what fits) or raise --gpu-memory-utilization",
+        "logged",
+        "vLLM 0.32.0 source and CPU run",
+    ),
+    # Before cuda_oom: a graph capture that failed on a JIT build also suggests lowering the memory fraction.
+    _r(
+        "jit_build_failed",
+        r"Ninja build failed|^ninja: error: |^nvcc fatal|nvcc: (?:command )?not found"
+        r"|Error building extension|No such file or directory: '\S*nvcc'"
+        r"|CalledProcessError: Command '\['ninja'",
+        True,
+        _JIT_HINT,
+        "raised",
+        "SGLang 0.5.16 run (H200, flashinfer 0.6.14 without its data/)",
     ),
     # vLLM: the GPU's free memory is below --gpu-memory-utilization x total before anything loads.
     _r(
@@ -117,12 +179,16 @@ RULES: tuple[Rule, ...] = (
         r"on startup is less than desired GPU memory utilization",
         True,
         "vLLM: the GPU is not free enough for --gpu-memory-utilization (another process holds memory)",
+        "raised",
+        "vLLM 0.32.0 source",
     ),
     _r(
         "cuda_oom",
         r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation",
         True,
         "a GPU ran out of memory (weights or activations do not fit this layout)",
+        "raised",
+        "SGLang 0.5.16 run (H200, while constructing MoE weights); torch 2.11",
     ),
     _r(
         "nccl_timeout",
@@ -131,18 +197,24 @@ RULES: tuple[Rule, ...] = (
         r"|DistStoreError: .*[Tt]imed out|Socket Timeout|ncclSystemError|NCCL error",
         True,
         "a collective or the distributed rendezvous timed out (NCCL, P2P, --dist-timeout)",
+        "logged",
+        "torch 2.x source (ProcessGroupNCCL); SGLang issue reports",
     ),
     _r(
         "nccl_timeout",
         r"Scheduler watchdog timeout",
         True,
         "a forward batch hung longer than --watchdog-timeout (usually a stuck collective)",
+        "logged",
+        "SGLang 0.5.10.post1 source",
     ),
     _r(
         "port_in_use",
         r"[Aa]ddress already in use|\[Errno 98\]|[Pp]ort \d+ is (?:already )?in use",
         True,
         "the port is taken by another process",
+        "logged",
+        "uvicorn (SGLang 0.5.x and vLLM 0.32.0)",
     ),
     _r(
         "bad_args",
@@ -150,6 +222,8 @@ RULES: tuple[Rule, ...] = (
         r"|invalid choice)",
         True,
         "SGLang's argument parser rejected the command line",
+        "logged",
+        "argparse of SGLang 0.5.10.post1, 0.5.16 and 0.5.23",
     ),
     # vLLM's config validation (pydantic): e.g. --max-model-len above the model's.
     _r(
@@ -157,6 +231,8 @@ RULES: tuple[Rule, ...] = (
         r"User-specified max_model_len \(|ValidationError: \d+ validation errors? for \w*Config",
         True,
         "vLLM rejected the configuration (the next line says which value)",
+        "logged",
+        "vLLM 0.32.0 CPU run",
     ),
     # vLLM given a local model path that does not exist takes it for a Hub repo id.
     _r(
@@ -165,37 +241,57 @@ RULES: tuple[Rule, ...] = (
         r"|RepositoryNotFoundError|LocalEntryNotFoundError|OfflineModeIsEnabled",
         True,
         "the model path does not exist on the host (or is not a model folder), so it was taken for a Hub repo id",
+        "raised",
+        "vLLM 0.32.0 CPU run; huggingface_hub 1.x",
     ),
     _r(
         "import_error",
-        r"ModuleNotFoundError: |ImportError: |No module named |cannot open shared object file"
-        r"|Failed to locate executable|Failed at step EXEC",
+        r"^(?:[\w.]+\.)?(?:ModuleNotFoundError|ImportError): |No module named |cannot open shared object file",
         True,
-        "the engine cannot be imported or executed (venv, CUDA libraries)",
+        "the engine cannot be imported (venv, a missing wheel, CUDA libraries)",
+        "raised",
+        "SGLang 0.5.16 and vLLM 0.32.0; the interpreter's own `python: No module named X`",
+    ),
+    # systemd cannot exec the unit's binary.
+    _r(
+        "import_error",
+        r"Failed to locate executable|Failed at step EXEC",
+        True,
+        "the unit's executable could not be started (is the venv there?)",
+        "logged",
+        "systemd 252",
     ),
     _r(
         "rank_died",
         r"Rank \d+ scheduler died during initialization|Subprocess \S+ \(pid=\d+\) crashed with exit code",
         True,
         "a scheduler rank died (exit -9 is usually the host's OOM killer: dmesg -T | grep -i oom)",
+        "logged",
+        "SGLang 0.5.16 run (H200; exit code -15 on a SIGTERM stop); 0.5.10.post1 source",
     ),
     _r(
         "crashed",
         r"peer access is not supported between these two devices",
         True,
         "GPUs without P2P: add --disable-custom-all-reduce or --enable-p2p-check",
+        "logged",
+        "SGLang issue reports (CUDART, PCIe hosts)",
     ),
     _r(
         "crashed",
         r"The memory capacity is unbalanced",
         True,
         "GPU memory differs between ranks: another process holds a GPU",
+        "logged",
+        "SGLang 0.5.10.post1 source",
     ),
     _r(
         "crashed",
         r"Initialization failed\. warmup error",
         True,
         "the warmup request failed",
+        "logged",
+        "SGLang 0.5.10.post1 source",
     ),
     # vLLM: the engine core died while serving; the API server then exits 0 (docs/vllm.md).
     # (EngineDeadError alone is generic: a normal SIGTERM stop can log it too, below.)
@@ -204,12 +300,16 @@ RULES: tuple[Rule, ...] = (
         r"engine core exited unexpectedly",
         True,
         "vLLM's engine core died (the API server exits with status 0 after it): see the lines above for why",
+        "logged",
+        "vLLM 0.32.0 CPU run",
     ),
     _r(
         "crashed",
         r"Unsupported CPU attention configuration",
         True,
         "vLLM's CPU attention does not support this head_dim",
+        "raised",
+        "vLLM 0.32.0 CPU run",
     ),
     # Generic: something failed, the cause may follow.
     _r(
@@ -218,6 +318,8 @@ RULES: tuple[Rule, ...] = (
         r"|Traceback \(most recent call last\)|Segmentation fault|core dumped|Fatal Python error",
         False,
         "the engine failed",
+        "logged",
+        "SGLang 0.5.16 run (H200); 0.5.10.post1 source",
     ),
     # vLLM's generic start-up failure: the specific cause is the ValueError/Error line before it.
     _r(
@@ -228,6 +330,8 @@ RULES: tuple[Rule, ...] = (
         r"|EngineDeadError",
         False,
         "vLLM's engine core did not start",
+        "logged",
+        "vLLM 0.32.0 CPU run",
     ),
 )
 
@@ -241,16 +345,20 @@ class Match:
     priority: int
 
 
-def classify_line(line: str) -> Match | None:
-    """The class of one log line, or None for a line that is not fatal."""
+def classify_line(line: str, handled: bool = False) -> Match | None:
+    """The class of one log line, or None for a line that is not fatal.
+
+    handled: the line belongs to a traceback a live server announced as handled (a raised
+    exception there is only generic)."""
     if not line:
         return None
-    for benign in BENIGN:
-        if benign.search(line):
-            return None
+    body = body_of(line.rstrip("\n"))
+    raised = is_raised(body)
     for i, rule in enumerate(RULES):
-        if rule.pattern.search(line):
-            return Match(rule.cls, line.rstrip("\n"), rule.definitive, rule.hint, i)
+        if rule.scope == "raised" and not raised:
+            continue
+        if rule.pattern.search(body):
+            return Match(rule.cls, line.rstrip("\n"), rule.definitive and not (handled and raised), rule.hint, i)
     return None
 
 
@@ -263,21 +371,63 @@ def best(a: Match | None, b: Match | None) -> Match | None:
     return b if b.priority < a.priority else a
 
 
-def classify(lines) -> Match | None:
+def is_stop_request(line: str) -> bool:
+    """The supervisor's or systemd's line that a stop was asked for."""
+    return bool(_STOP_REQUESTS.search(body_of(line)))
+
+
+class LogClassifier:
+    """Reads an engine's log line by line, keeping what a single line cannot know: whether it is
+    inside a traceback a live server handled, and whether a stop was requested.
+
+    stop_requested: the caller asked for a stop: from the engine's first stop line on (SGLang's
+    SIGTERM drain), nothing classifies. The supervisor's and systemd's stop lines prove the request
+    by themselves (`stopping` is then set, for classify_exit)."""
+
+    def __init__(self, stop_requested: bool = False):
+        self.stop_requested = stop_requested
+        self.stopping = False
+        self.found: Match | None = None
+        self._handled = False
+
+    def feed(self, line: str) -> Match | None:
+        """The line's match (None: not fatal), folding it into `found`."""
+        if self.stopping:
+            return None
+        body = body_of(line)
+        if _STOP_REQUESTS.search(body) or (self.stop_requested and _STOP_LINES.search(body)):
+            self.stopping = True
+            return None
+        if _HANDLED.search(body):
+            self._handled = True
+            return None
+        m = classify_line(line, handled=self._handled)
+        if is_raised(body) and not _TRACEBACK.search(body):
+            self._handled = False  # the traceback ended
+        self.found = best(self.found, m)
+        return m
+
+
+def classify(lines, stop_requested: bool = False) -> Match | None:
     """The most specific failure among `lines` (an iterable of str), or None."""
-    found = None
+    c = LogClassifier(stop_requested)
     for line in lines:
-        found = best(found, classify_line(line))
-    return found
+        c.feed(line)
+    return c.found
 
 
 def classify_exit(
-    exit_code: int | None, signal_name: str | None = None, engine: str = "sglang"
-) -> tuple[str, str]:
-    """The class of a process exit without a fatal log line: (class, hint).
+    exit_code: int | None, signal_name: str | None = None, engine: str = "sglang", stop_requested: bool = False
+) -> tuple[str, str] | None:
+    """The class of a process exit without a fatal log line: (class, hint), or None for the end
+    of a stop the caller asked for.
 
     Any exit the gate did not ask for is a failure, status 0 included: vLLM's API server exits 0
     when its engine core dies."""
+    if stop_requested and (
+        exit_code in (0, 137, -15, -9, 143) or signal_name in ("TERM", "SIGTERM", "KILL", "SIGKILL", "QUIT")
+    ):
+        return None  # SGLang ends a SIGTERM stop by SIGKILLing itself (137)
     if exit_code == 203:  # systemd's status=203/EXEC: ExecStart's binary is missing
         return "import_error", "the unit's executable could not be started (203/EXEC): is the venv there?"
     if exit_code == 2 and not signal_name:
@@ -300,3 +450,31 @@ def kv_tokens(line: str) -> int | None:
     """vLLM's KV capacity from its start-up line `GPU KV cache size: 2,097,152 tokens, ...` (or CPU ...)."""
     m = KV_TOKENS.search(line)
     return int(m.group(1).replace(",", "").replace("_", "")) if m else None
+
+
+# ---------------------------------------------------------------- start-up phases
+
+# SGLang's start-up, in order; the gate shows the newest phase while it waits. Seen in 0.5.16 (H200 runs).
+PHASES: tuple[tuple[str, re.Pattern], ...] = tuple(
+    (name, re.compile(p))
+    for name, p in (
+        ("starting", r"server_args=ServerArgs\(|Init torch distributed begin"),
+        ("loading weights", r"Load weight begin"),
+        ("weights loaded", r"Load weight end"),
+        ("KV cache allocated", r"KV Cache is allocated|KV cache size: "),
+        ("capturing CUDA graphs", r"Capture (?:\w+ )*cuda graph begin|Capture (?:\w+ )*CUDA graph begin"),
+        ("JIT compiling kernels", r"Entering DeepGEMM JIT|[Cc]ompiling (?:kernel|module|JIT)|jit_kernel|ninja -v"),
+        ("CUDA graphs captured", r"Capture (?:\w+ )*(?:cuda|CUDA) graph end"),
+        ("HTTP server up", r"Uvicorn running on|Application startup complete"),
+        ("warming up", r"Started server process|Waiting for application startup"),
+        ("ready", re.escape(READY_LINE)),
+    )
+)
+
+
+def phase_of(line: str) -> str | None:
+    """The start-up phase a line announces, or None."""
+    for name, pattern in PHASES:
+        if pattern.search(line):
+            return name
+    return None

@@ -12,6 +12,7 @@ Files in `run_dir` for a process called NAME (the layout's unit name):
   NAME.log   the engine's stdout+stderr, appended across starts
   NAME.json  what was started (argv, env, cwd, user) and when: decides idempotence
   NAME.exit  the last exit status, written by the wrapper (or by stop after SIGKILL)
+  NAME.stop  present when the last exit was asked for by stop()
 
 Secrets never reach these files: an API key travels in the wrapper's
 environment only (SGLANG_API_KEY), and `${SGLANG_API_KEY}` in argv is
@@ -33,6 +34,8 @@ import sys
 import time
 
 SECRET_ENV = "SGLANG_API_KEY"
+# Same text as logclass.STOP_MARKER (this module stays import-free for the wrapper's sake).
+STOP_MARKER = "sglang-layouts: stop requested"
 
 # Run as: python3 -c WRAPPER <spec.json>. Keep it self-contained (no imports from here).
 WRAPPER = r"""
@@ -86,6 +89,7 @@ def paths(run_dir: str, name: str) -> dict:
         "log": base + ".log",
         "spec": base + ".json",
         "exit": base + ".exit",
+        "stop": base + ".stop",
     }
 
 
@@ -231,7 +235,7 @@ def start(
     # The log must exist (and be ours) before the engine writes to it.
     fd = os.open(p["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
     os.close(fd)
-    for stale in (p["exit"],):
+    for stale in (p["exit"], p["stop"]):
         if os.path.exists(stale):
             os.unlink(stale)
     _write_json(p["spec"], spec)
@@ -282,6 +286,12 @@ def stop(run_dir: str, name: str, timeout: float = 30.0, kill_timeout: float = 1
     pgid = st["pid"]
     t0 = time.monotonic()
     used = "SIGTERM"
+    # Say in the engine's log, and beside it, that this stop was asked for: the gate and the
+    # classifier then read SGLang's stop cascade (a child "crashed with exit code -15", SIGQUIT,
+    # exit 137) as the end of a stop, not as a failure.
+    _write_json(p["stop"], {"at": time.time()})
+    with contextlib.suppress(OSError), open(p["log"], "a") as log:
+        log.write(f"{STOP_MARKER} (SIGTERM to process group {pgid})\n")
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
     if not _wait_empty(pgid, timeout):

@@ -1,0 +1,210 @@
+"""Replay a real engine log through the real gate, with the log's own line timing.
+
+A fixture log is SGLang's output as it was captured on a GPU host: `[YYYY-mm-dd HH:MM:SS] `
+stamps (lines without one, tracebacks, belong to the last stamp), plus two kinds of lines the
+capture added: `[device_run] server exited rc=N` (the launcher's exit, N as the shell saw it:
+137 = SIGKILL, which SGLang sends itself after a child failed) and `[trim_log.py: ...]`
+(where repetitive lines were dropped). The replay writes the engine lines to a log file at
+their original offsets (optionally with long gaps shortened), serves SGLang's HTTP API the way
+the logged server would have (port closed until uvicorn's line, /health 503 until the ready
+line, then 200; /server_info with the logged max_total_num_tokens), and reports the process as
+alive until the exit line. The gate (health.wait_ready) reads all of it like a real start.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from sglang_layouts import health, logclass
+
+STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[ .,][^\]]*)?\] ")
+EXIT = re.compile(r"^\[device_run\] server exited rc=(\d+)")
+CAPTURE_NOTE = re.compile(r"^\[(?:device_run|trim_log\.py)[\]:]")
+
+
+@dataclass
+class Event:
+    at: float  # seconds after the first stamped line
+    line: str | None  # None: the process exits
+    exit_rc: int | None = None
+
+
+@dataclass
+class ParsedLog:
+    events: list[Event]
+    max_total_num_tokens: int | None
+    fatal_at: float | None = None  # offset of the first definitive line, if any
+    meta: dict = field(default_factory=dict)
+
+
+def parse(path: Path) -> ParsedLog:
+    events: list[Event] = []
+    t_first = None
+    now = 0.0
+    kv = None
+    for raw in path.read_text().splitlines():
+        m = STAMP.match(raw)
+        if m:
+            t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp()
+            if t_first is None:
+                t_first = t
+                # lines before the first stamp (Python's warnings) happened at about that time
+            now = t - t_first
+        ex = EXIT.match(raw)
+        if ex:
+            events.append(Event(now, None, int(ex.group(1))))
+            continue
+        if CAPTURE_NOTE.match(raw):
+            continue
+        k = re.search(r"max_total_num_tokens=(\d+)", raw)
+        if k:
+            kv = int(k.group(1))
+        events.append(Event(now, raw))
+    return ParsedLog(events, kv)
+
+
+def shorten(events: list[Event], max_gap: float | None) -> list[Event]:
+    """The same events with every pause longer than max_gap cut to max_gap (order and short gaps kept)."""
+    if max_gap is None:
+        return events
+    out, shift, prev = [], 0.0, 0.0
+    for ev in events:
+        gap = ev.at - prev
+        if gap > max_gap:
+            shift += gap - max_gap
+        prev = ev.at
+        out.append(Event(ev.at - shift, ev.line, ev.exit_rc))
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    replay: Replay
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def _send(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        r = self.replay
+        if self.path == "/health":
+            self._send(200 if r.ready else 503, {})
+        elif self.path in ("/server_info", "/get_server_info"):
+            self._send(200, {"max_total_num_tokens": r.parsed.max_total_num_tokens, "internal_states": []})
+        elif self.path in ("/model_info", "/get_model_info"):
+            self._send(200, {"model_path": "replay"})
+        else:
+            self._send(404, {"detail": "Not Found"})
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        if self.path == "/generate" and self.replay.ready:
+            self._send(200, {"text": "t1", "meta_info": {"completion_tokens": 1}})
+        else:
+            self._send(503, {})
+
+
+class Replay:
+    """Writes the log, serves the API and tells the process state, on the log's clock."""
+
+    def __init__(self, path: Path, log_file: Path, max_gap: float | None = None):
+        self.parsed = parse(path)
+        self.events = shorten(self.parsed.events, max_gap)
+        self.log_file = log_file
+        self.port = free_port()
+        self.ready = False
+        self.exited: int | None = None
+        self.written: dict[int, float] = {}  # event index -> monotonic time it was written
+        self.server: ThreadingHTTPServer | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._stop = threading.Event()
+        self.t0 = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self):
+        self.log_file.write_text("")
+        self.t0 = time.monotonic()
+        self._thread.start()
+        return self
+
+    def _serve(self):
+        handler = type("H", (_Handler,), {"replay": self})
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def _run(self):
+        with self.log_file.open("a") as log:
+            for i, ev in enumerate(self.events):
+                delay = self.t0 + ev.at - time.monotonic()
+                if delay > 0 and self._stop.wait(delay):
+                    return
+                if ev.line is None:
+                    self.exited = ev.exit_rc
+                    self.written[i] = time.monotonic()
+                    continue
+                log.write(ev.line + "\n")
+                log.flush()
+                self.written[i] = time.monotonic()
+                if "Uvicorn running on" in ev.line and self.server is None:
+                    self._serve()
+                if logclass.READY_LINE in ev.line:
+                    self.ready = True
+
+    def state(self) -> health.ProcState:
+        if self.exited is None:
+            return health.ProcState(alive=True, started_at=time.time() - (time.monotonic() - self.t0))
+        if self.exited == 137:  # SIGKILL, as the shell reports it
+            return health.ProcState(
+                alive=False, signal="KILL", exit_status="killed by signal 9 (KILL)"
+            )
+        return health.ProcState(alive=False, exit_code=self.exited, exit_status=f"exited with status {self.exited}")
+
+    def first_definitive(self) -> tuple[int, str] | None:
+        """Index and line of the first line the classifier takes as definitive."""
+        c = logclass.LogClassifier()
+        for i, ev in enumerate(self.events):
+            if ev.line is not None:
+                m = c.feed(ev.line)
+                if m is not None and m.definitive:
+                    return i, ev.line
+        return None
+
+    def close(self):
+        self._stop.set()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+def gate(replay: Replay, **kw) -> tuple[dict | None, health.HealthFailure | None, float]:
+    """Run the real gate over a started replay: (facts, failure, monotonic time of the verdict)."""
+    follower = health.FileFollower(str(replay.log_file), 0)
+    try:
+        facts = health.wait_ready(replay.url, follower, replay.state, **kw)
+        return facts, None, time.monotonic()
+    except health.HealthFailure as exc:
+        return None, exc, time.monotonic()

@@ -1,0 +1,149 @@
+"""The real gate over real SGLang 0.5.16 logs from an H200 (tests/fixtures/sglang-0.5.16).
+
+Each log is replayed with its own line timing (pauses over 50 ms shortened) into a log file
+that the gate follows, beside an HTTP server that answers as the logged server did: a healthy
+start is ready with no failure, each failure gets its class, and a requested stop is no failure.
+"""
+
+from pathlib import Path
+
+import pytest
+from sglang_layouts import health, logclass
+from tests.helpers.log_replay import Replay, gate
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.16"
+HEALTHY = {
+    "qwen3-30b-a3b.log": 715564,
+    "kimi-k2.6-cut8.cold.log": 6153105,
+    "kimi-k2.6-cut8.warm.log": 6153124,
+}
+FAILED = {
+    "fail-oom-at-load.kimi-k2.6-cut18.log": ("cuda_oom", "torch.OutOfMemoryError: CUDA out of memory"),
+    "fail-kv-no-memory.kimi-k2.6-cut8-mfs045.log": (
+        "kv_cache_no_memory",
+        "ValueError: Loaded weights leave no GPU memory for the KV cache",
+    ),
+    "fail-flashinfer-jit-no-data.kimi-k2.6-cut8.log": ("jit_build_failed", ""),
+}
+GATE = {"poll": 0.05, "timeout": 60, "grace": 30}
+
+
+def _lines(name):
+    return (FIXTURES / name).read_text().splitlines()
+
+
+@pytest.mark.parametrize(("name", "kv"), sorted(HEALTHY.items()))
+def test_a_healthy_start_is_ready_with_no_failure(tmp_path, name, kv):
+    replay = Replay(FIXTURES / name, tmp_path / "engine.log", max_gap=0.05).start()
+    try:
+        facts, failure, _ = gate(replay, **GATE)
+    finally:
+        replay.close()
+    assert failure is None, failure and failure.as_dict()
+    assert facts["max_total_num_tokens"] == kv
+    assert facts["ready_line_seen"]
+    # the phases the log went through, in order
+    order = [p for p in ("loading weights", "KV cache allocated", "capturing CUDA graphs", "ready") if p in facts["phases"]]
+    assert order == ["loading weights", "KV cache allocated", "capturing CUDA graphs", "ready"]
+    assert [facts["phases"][p] for p in order] == sorted(facts["phases"][p] for p in order)
+
+
+def test_the_optional_feature_disabled_by_an_import_error_is_in_the_healthy_log():
+    # The line the first version failed on: a live server's notice, before it was ready.
+    lines = _lines("qwen3-30b-a3b.log")
+    harmony = next(i for i, ln in enumerate(lines) if "No module named 'openai_harmony'" in ln)
+    ready = next(i for i, ln in enumerate(lines) if logclass.READY_LINE in ln)
+    assert harmony < ready
+    assert logclass.classify_line(lines[harmony]) is None
+
+
+@pytest.mark.parametrize(("name", "expected"), sorted(FAILED.items()))
+def test_each_failure_gets_its_class(tmp_path, name, expected):
+    cls, line_start = expected
+    replay = Replay(FIXTURES / name, tmp_path / "engine.log", max_gap=0.05).start()
+    try:
+        facts, failure, _ = gate(replay, **GATE)
+    finally:
+        replay.close()
+    assert facts is None
+    assert failure.failure_class == cls, failure.as_dict()
+    assert failure.evidence["line"].startswith(line_start)
+    assert failure.evidence["log_tail"]
+    assert cls in logclass.CLASSES
+
+
+def test_a_jit_build_failure_says_what_to_check():
+    m = logclass.classify(_lines("fail-flashinfer-jit-no-data.kimi-k2.6-cut8.log"))
+    assert m.cls == "jit_build_failed" and m.definitive
+    assert "ninja" in m.line.lower()
+    for what in ("nvcc", "CUDA_HOME", "ninja", "flashinfer/data/"):
+        assert what in m.hint
+
+
+@pytest.mark.parametrize("name", sorted(HEALTHY))
+def test_a_healthy_log_up_to_its_stop_classifies_as_nothing(name):
+    lines = _lines(name)
+    stop = next(i for i, ln in enumerate(lines) if "SIGTERM received" in ln)
+    assert logclass.classify(lines[:stop]) is None
+
+
+@pytest.mark.parametrize("name", sorted(HEALTHY))
+def test_a_requested_stop_is_no_failure(name):
+    lines = _lines(name)
+    # Unasked, SGLang's stop cascade reads as a dead rank (its scheduler "crashed with exit code -15").
+    assert logclass.classify(lines).cls == "rank_died"
+    # Asked for by the caller, or proven by the supervisor's marker before SGLang's SIGTERM line:
+    assert logclass.classify(lines, stop_requested=True) is None
+    stop = next(i for i, ln in enumerate(lines) if "SIGTERM received" in ln)
+    marked = [*lines[:stop], f"{logclass.STOP_MARKER} (SIGTERM to process group 3839)", *lines[stop:]]
+    c = logclass.LogClassifier()
+    for ln in marked:
+        c.feed(ln)
+    assert c.found is None and c.stopping
+    # ... and the launcher's exit by SIGKILL (137) after it is the end of that stop.
+    assert logclass.classify_exit(137, None, stop_requested=True) is None
+    assert logclass.classify_exit(None, "KILL", stop_requested=True) is None
+    assert logclass.classify_exit(137, None)[0] == "crashed"
+
+
+def test_check_alive_after_a_requested_stop_is_healthy(tmp_path):
+    log = tmp_path / "engine.log"
+    log.write_text("\n".join(_lines("qwen3-30b-a3b.log")) + "\n")
+
+    def stopped():
+        return health.ProcState(alive=False, signal="KILL", exit_status="killed by signal 9", stop_requested=True)
+
+    health.check_alive(health.FileFollower(str(log), 0), stopped, settle=0)
+    with pytest.raises(health.HealthFailure) as exc:
+
+        def killed():
+            return health.ProcState(alive=False, signal="KILL", exit_status="killed by signal 9")
+
+        health.check_alive(health.FileFollower(str(log), 0), killed, settle=0)
+    assert exc.value.failure_class == "rank_died"
+
+
+@pytest.mark.parametrize(
+    ("name", "cls"),
+    [("qwen3-30b-a3b.log", None), ("fail-oom-at-load.kimi-k2.6-cut18.log", "cuda_oom")],
+)
+def test_the_gate_in_slices_reaches_the_same_verdict_and_reports_progress(tmp_path, name, cls):
+    replay = Replay(FIXTURES / name, tmp_path / "engine.log", max_gap=0.1).start()
+    pending, resume = [], None
+    try:
+        while True:
+            facts, failure, _ = gate(replay, slice_s=0.15, resume=resume, **GATE)
+            if failure is not None or not facts.get("pending"):
+                break
+            pending.append(facts["phase"])
+            resume = facts["resume"]
+            assert "api_key" not in str(resume)
+    finally:
+        replay.close()
+    assert pending, "the replay is long enough for at least one slice"
+    if cls is None:
+        assert failure is None and facts["max_total_num_tokens"] == HEALTHY[name]
+        assert facts["phases"]["ready"] >= facts["phases"]["loading weights"]
+        assert "loading weights" in pending or "starting" in pending or "capturing CUDA graphs" in pending
+    else:
+        assert failure.failure_class == cls
