@@ -22,7 +22,7 @@ export PY_COLORS := 0
 INVENTORY ?= inventory/demo
 S ?=
 
-.PHONY: help venv oracle vllm vllm-flags test-vllm router plan sweep report sim test lint unit integration conformance molecule bench-sim bench-client bench-health bench-plan flags clean
+.PHONY: help venv oracle vllm vllm-flags test-vllm router plan sweep report sim test lint unit integration conformance molecule bench-sim bench-client bench-health bench-health-replay bench-plan flags clean
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -102,6 +102,9 @@ bench-client: $(STAMP) $(ORACLE_STAMP) ## sglang_bench vs the simulator's schedu
 
 bench-health: $(STAMP) ## latency from a fatal line / process exit to the health verdict
 	$(PY) benchmarks/bench_health.py
+
+bench-health-replay: $(STAMP) ## the gate over real SGLang 0.5.16 H200 logs replayed with their timing
+	$(PY) benchmarks/bench_health.py --replay --runs 5
 
 clean: ## remove build outputs (results/ are kept)
 	rm -rf build .pytest_cache .ruff_cache

@@ -1,6 +1,7 @@
 """How fast does the readiness gate give its verdict after a fatal line or a process exit?
 
 `make bench-health` (or: .venv/bin/python benchmarks/bench_health.py [--runs N] [--json FILE])
+`make bench-health-replay` (benchmarks/bench_health.py --replay): the real SGLang logs instead.
 
 Each run starts the simulated engine (sglang_sim, SGLang's log lines and exit paths) under the
 process supervisor (module_utils/sglang_layouts/supervisor.py) with a fault, and runs the same
@@ -207,12 +208,63 @@ def one_run(kind: str, run_dir: str, i: int) -> dict:
         supervisor.stop(run_dir, name, timeout=2, kill_timeout=5)
 
 
+REPLAYS = {
+    "fail-oom-at-load.kimi-k2.6-cut18.log": "cuda_oom",
+    "fail-kv-no-memory.kimi-k2.6-cut8-mfs045.log": "kv_cache_no_memory",
+    "fail-flashinfer-jit-no-data.kimi-k2.6-cut8.log": "jit_build_failed",
+    "qwen3-30b-a3b.log": None,
+    "kimi-k2.6-cut8.warm.log": None,
+}
+
+
+def replay_main(args) -> int:
+    """Real SGLang 0.5.16 logs (tests/fixtures/sglang-0.5.16) replayed with their own timing through
+    the gate (poll 0.2 s, as the module's default): seconds from the fatal line's write to the
+    verdict, and for the healthy logs that they are ready with no failure. Pauses longer than
+    --max-gap are shortened (the timing around the fatal line is kept: it is within one second)."""
+    sys.path.insert(0, str(REPO))
+    from tests.helpers.log_replay import Replay, gate
+
+    fixtures = REPO / "tests" / "fixtures" / "sglang-0.5.16"
+    ok = True
+    print(f"{'log':<48} {'expected':<19} {'got':<19} {'n':>3} {'median s':>9} {'max s':>7}")
+    for name, expected in REPLAYS.items():
+        got, lat = set(), []
+        for _ in range(args.runs):
+            with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
+                r = Replay(fixtures / name, Path(tmp) / "engine.log", max_gap=args.max_gap).start()
+                try:
+                    facts, failure, t_verdict = gate(r, poll=0.2, timeout=600, grace=30)
+                finally:
+                    r.close()
+                got.add(failure.failure_class if failure else None)
+                first = r.first_definitive()
+                if failure and first and first[0] in r.written:
+                    lat.append(t_verdict - r.written[first[0]])
+        good = got == {expected} and (expected is None or (len(lat) == args.runs and max(lat) <= 0.5))
+        ok &= good
+        med = f"{statistics.median(lat):9.3f}" if lat else f"{'-':>9}"
+        mx = f"{max(lat):7.3f}" if lat else f"{'-':>7}"
+        print(
+            f"{name:<48} {expected or 'ready':<19} {','.join(str(g or 'ready') for g in got):<19} {args.runs:>3} {med} {mx}"
+            + ("" if good else "   <-- MISSED (class, or over 0.5 s)")
+        )
+    print("every replayed verdict right and within 0.5 s of its fatal line" if ok else "TARGET MISSED")
+    return 0 if ok else 1
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10, help="runs per fault (default 10)")
     ap.add_argument("--kinds", default="oom_at_load,crash,nccl_timeout,exit_only,bad_args")
     ap.add_argument("--json", help="also write the raw runs here")
+    ap.add_argument(
+        "--replay", action="store_true", help="replay the real SGLang 0.5.16 logs instead of running the simulator"
+    )
+    ap.add_argument("--max-gap", type=float, default=1.0, help="replay: shorten pauses longer than this (s)")
     args = ap.parse_args(argv)
+    if args.replay:
+        return replay_main(args)
     expected = {
         "oom_at_load": "cuda_oom",
         "crash": "crashed",
