@@ -183,6 +183,12 @@ phases:
   returned: success
   type: dict
   sample: {"loading weights": 38.2, "KV cache allocated": 41.0, "capturing CUDA graphs": 41.1, "ready": 79.8}
+log_figures:
+  description:
+    - Start-up figures from the engine's log (SGLang), the largest over ranks - C(weights_gib) (C(Load weight end ...
+      mem usage)), C(kv_tokens) (C(max_total_num_tokens=)), C(cuda_graph_gib), C(avail_gib_before_load).
+  returned: success
+  type: dict
 pending:
   description: True when I(slice_s) ran out before a verdict (then C(phase) and C(resume) are returned).
   returned: when slice_s is set and no verdict was reached

@@ -479,6 +479,7 @@ def wait_ready(
     kv_seen: list[int] = list(resume.get("kv_seen", []))
     phases: dict[str, float] = dict(resume.get("phases", {}))
     phase = resume.get("phase", "loading")
+    figures: dict[str, float] = dict(resume.get("figures", {}))
     if resume.get("position"):
         follower.seek(resume["position"])
     prober = Prober(base_url, api_key, poll=max(poll, 0.2))
@@ -499,6 +500,8 @@ def wait_ready(
                 found_at = time.time()
             if logclass.is_ready_line(line):
                 ready_line = True
+            for key, value in logclass.startup_figures(line).items():
+                figures[key] = max(value, figures.get(key, value))  # the largest rank's figure
             new_phase = logclass.phase_of(line)
             if new_phase:
                 phase = new_phase
@@ -573,6 +576,8 @@ def wait_ready(
                         facts = collect_info_vllm(base_url, api_key, kv_tokens=kv)
                     else:
                         facts = collect_info(base_url, api_key)
+                        if facts.get("max_total_num_tokens") is None and figures.get("kv_tokens"):
+                            facts["max_total_num_tokens"] = int(figures["kv_tokens"])
                 except (RuntimeError, OSError, ValueError) as exc:
                     # /health said 200 but a one-token generate failed: keep watching.
                     tail.append(f"sglang_health: confirmation failed: {exc}")
@@ -590,6 +595,7 @@ def wait_ready(
                     facts["url"] = base_url
                     facts["engine"] = engine
                     facts["phases"] = phases
+                    facts["log_figures"] = figures
                     return facts
             if elapsed() >= timeout:
                 fail(
@@ -615,6 +621,7 @@ def wait_ready(
                         "kv_seen": kv_seen,
                         "phases": phases,
                         "phase": phase,
+                        "figures": figures,
                     },
                 }
             time.sleep(poll)

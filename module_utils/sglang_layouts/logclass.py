@@ -478,3 +478,23 @@ def phase_of(line: str) -> str | None:
         if pattern.search(line):
             return name
     return None
+
+
+# Figures SGLang logs while it starts (its "GB" are GiB: it divides by 1 << 30). Per rank; the gate keeps
+# the largest. Seen in 0.5.16 (H200 runs).
+_FIGURES = (
+    ("weights_gib", re.compile(r"Load weight end\..*mem usage=([0-9.]+) GB")),
+    ("kv_tokens", re.compile(r"max_total_num_tokens=([0-9]+)")),
+    ("cuda_graph_gib", re.compile(r"Capture (?:\w+ )*(?:cuda|CUDA) graph end\..*mem usage=([0-9.]+) GB")),
+    ("avail_gib_before_load", re.compile(r"Load weight begin\. avail mem=([0-9.]+) GB")),
+)
+
+
+def startup_figures(line: str) -> dict:
+    """{name: value} of the start-up figures one line logs (weights GiB, KV tokens, graph GiB)."""
+    out = {}
+    for name, pattern in _FIGURES:
+        m = pattern.search(line)
+        if m:
+            out[name] = int(m.group(1)) if name == "kv_tokens" else float(m.group(1))
+    return out

@@ -138,6 +138,8 @@ class ModelSpec:
     quant: Quantization
     mode: str = "config"
     vision_bytes: int = 0
+    # sglang_model.load_format: `dummy` serves random weights from config.json alone (no checkpoint needed)
+    load_format: str = ""
     tensors: list[Tensor] = field(default_factory=list)
     linears: list[Linear] = field(default_factory=list)
 
@@ -301,6 +303,7 @@ def load_model(model: dict) -> ModelSpec:
         config=config,
         quant=quant,
         vision_bytes=vision_bytes,
+        load_format=str(model.get("load_format") or ""),
     )
     spec.linears = _linears(spec)
     shards = _safetensors_files(spec.path)

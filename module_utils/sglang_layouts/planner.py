@@ -531,7 +531,10 @@ def plan_layout(
     cluster = cluster or normalize_cluster(None, None)
     engine_name = (lay["engine"] or serving.get("engine") or "sglang").lower()
     eng = engine_spec(engine_name)
-    args = canonical_args(lay["name"], lay["args"], eng)
+    lay_args = dict(lay["args"])
+    if spec.load_format and not {"load_format", "--load-format", "load-format"} & set(map(str, lay_args)):
+        lay_args["load_format"] = spec.load_format  # the model-wide choice; a layout's args: win
+    args = canonical_args(lay["name"], lay_args, eng)
     # a layout may override serving-wide flags through args:
     eff = dict(serving)
     for key, flag in eng.serving_flags.items():
@@ -583,6 +586,9 @@ def plan_layout(
         "unit_name": unit_name(spec.name, lay["name"], eng.unit_prefix),
         "conflicts": [],
         fraction_key: mfs,
+        # random weights of the checkpoint's shapes: memory, KV capacity and speed are real, outputs are not
+        "load_format": args.get("--load-format") or "auto",
+        "dummy_weights": args.get("--load-format") == "dummy",
     }
     flags = render_argv(spec, lay, par, eff, args, plan["port"], eng)
     plan["flags"] = flags

@@ -37,7 +37,10 @@ COLUMNS = (
     ("kv_predicted", "KV tokens predicted"),
     ("kv_measured", "KV tokens measured"),
     ("kv_error_pct", "KV error %"),
+    ("weights_predicted", "weights GiB/GPU predicted"),
+    ("weights_measured", "weights GiB/GPU measured"),
     ("simulated", "simulated"),
+    ("dummy_weights", "dummy weights"),
 )
 
 
@@ -61,6 +64,24 @@ def engine_of(rec):
         or (rec.get("prediction") or {}).get("engine")
         or ("sim" if rec.get("simulated") else "sglang")
     )
+
+
+def measured_weights_gib(health):
+    """GiB of weights per GPU as the engine measured them: its start-up log (the largest rank), else
+    /server_info's per-rank memory_usage.weight."""
+    logged = (health.get("log_figures") or {}).get("weights_gib")
+    if logged is not None:
+        return logged
+    per_rank = [r.get("weight") for r in health.get("memory_per_rank") or [] if r.get("weight") is not None]
+    return max(per_rank) if per_rank else None
+
+
+def trust(row):
+    """How far a row's speed can be trusted: 2 = real engine, real weights; 1 = real engine, dummy
+    weights (real memory and kernels, random routing); 0 = the simulator's cost model."""
+    if row["simulated"]:
+        return 0
+    return 1 if row.get("dummy_weights") else 2
 
 
 def rows(records):
@@ -92,7 +113,10 @@ def rows(records):
                 "kv_predicted": kv.get("predicted"),
                 "kv_measured": kv.get("measured"),
                 "kv_error_pct": kv.get("error_pct"),
+                "weights_predicted": (rec.get("prediction") or {}).get("weights_gib_per_gpu"),
+                "weights_measured": measured_weights_gib(health),
                 "simulated": bool(rec.get("simulated")),
+                "dummy_weights": bool(rec.get("dummy_weights")),
                 "replicas": ((rec.get("prediction") or {}).get("parallel") or {}).get("replicas") or 1,
                 "reasons": rec.get("reasons") or [],
                 "msg": rec.get("msg"),
@@ -110,11 +134,11 @@ def winners(table):
 
     def best(key):
         cands = [r for r in table if r["status_code"] in ("ok", "degraded") and r[key] is not None]
-        # a simulated figure never beats a measured one: the simulator's speeds are a cost model
-        real = [r for r in cands if not r["simulated"]]
-        cands = real or cands
         if not cands:
             return None
+        # a simulated figure never beats a measured one, nor a dummy-weight one a real-weight one
+        top = max(trust(r) for r in cands)
+        cands = [r for r in cands if trust(r) == top]
         r = max(cands, key=lambda r: r[key])
         return {
             "host": r["host"],
@@ -122,6 +146,7 @@ def winners(table):
             "engine": r.get("engine"),
             "value": r[key],
             "simulated": r["simulated"],
+            "dummy_weights": r.get("dummy_weights", False),
         }
 
     win = {"single_request": best("single_tok_s"), "peak_throughput": best("peak_tok_s")}
@@ -161,6 +186,8 @@ def _label(row, multi_host, multi_engine=False):
     name = f"{row['host']}/{row['layout']}" if multi_host else row["layout"]
     if row["simulated"]:
         return f"{name} [simulated]"
+    if row.get("dummy_weights"):
+        return f"{name} [dummy weights]"
     return f"{name} [{row['engine']}]" if multi_engine and row.get("engine") else name
 
 
@@ -170,6 +197,7 @@ def _record_label(rec, multi_host, multi_engine):
         "host": rec["host"],
         "layout": rec["layout"],
         "simulated": rec.get("simulated"),
+        "dummy_weights": rec.get("dummy_weights"),
         "engine": engine_of(rec),
     }
     return _label(row, multi_host, multi_engine)
@@ -179,6 +207,8 @@ def _engine_tag(row, multi_engine):
     """' (vllm)' beside a layout's name when the run holds several engines; simulated rows say so."""
     if row.get("simulated"):
         return " (simulated)"
+    if row.get("dummy_weights"):
+        return " (dummy weights)"
     return f" ({row.get('engine')})" if multi_engine and row.get("engine") else ""
 
 
@@ -193,7 +223,18 @@ def to_markdown(run_id, table, win, plots=()):
             "GPUs. They show the flow and the planner's verdicts; their speeds are the simulator's cost model.",
             "",
         ]
-    cols = [(k, h) for k, h in COLUMNS if k not in ("host", "simulated") or (k == "host" and multi_host)]
+    if any(r.get("dummy_weights") for r in table):
+        lines += [
+            "> **DUMMY WEIGHTS**: rows marked *dummy weights* ran the real engine on real GPUs with random "
+            "weights (`--load-format dummy`): memory, KV capacity and kernel speed are real; outputs are not, "
+            "and MoE routing of random logits is not the trained model's. A real-weight row always wins over them.",
+            "",
+        ]
+    cols = [
+        (k, h)
+        for k, h in COLUMNS
+        if k not in ("host", "simulated", "dummy_weights") or (k == "host" and multi_host)
+    ]
     lines.append("| " + " | ".join(h for _, h in cols) + " |")
     lines.append("|" + "|".join("---" for _ in cols) + "|")
     for r in table:
@@ -338,6 +379,7 @@ def build_report(results_dir, run_id=None, plots=True):
         "schema": "sglang-layouts/summary/v1",
         "run_id": run_id,
         "simulated": any(r["simulated"] for r in table),
+        "dummy_weights": any(r["dummy_weights"] for r in table),
         "engines": sorted({r["engine"] for r in table if r.get("engine")}),
         "winners": win,
         "rows": table,

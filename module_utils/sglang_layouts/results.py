@@ -128,6 +128,8 @@ def build_record(
         "layout": layout,
         "status": status,
         "simulated": engine == "sim",
+        # served with --load-format dummy: real memory, KV and speed on real GPUs, not real outputs
+        "dummy_weights": bool(plan.get("dummy_weights")),
         "engine": engine,
         "created_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "failure_class": failure_class,
@@ -139,6 +141,7 @@ def build_record(
             for k in (
                 "verdict",
                 "failure",
+                "load_format",
                 "gpus_used",
                 "gpu_ids",
                 "parallel",

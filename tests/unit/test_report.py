@@ -93,6 +93,7 @@ def test_rows_winners_and_files(tmp_path):
         "engine": "sim",
         "value": 961.0,
         "simulated": True,
+        "dummy_weights": False,
         "concurrency": 64,
     }
     md = (tmp_path / "run1" / "REPORT.md").read_text()
