@@ -22,7 +22,7 @@ export PY_COLORS := 0
 INVENTORY ?= inventory/demo
 S ?=
 
-.PHONY: help venv oracle vllm vllm-flags test-vllm router plan sweep report sim test lint unit integration conformance molecule bench-sim bench-client bench-health bench-health-replay bench-plan flags clean
+.PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test lint unit integration conformance molecule bench-sim bench-client bench-health bench-health-replay bench-plan flags clean
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -90,6 +90,16 @@ router: ## sglang-router venv (machine-level cache) that fronts a layout's repli
 
 test-vllm: $(STAMP) ## the real vLLM (CPU) deployed, gated, benchmarked and reported by the roles
 	$(PY) -m pytest -q -s tests/integration/test_vllm_sweep.py
+
+# The GPU sweep runs on the GPU host itself; one without network can name an ansible-playbook it has.
+GPU_ANSIBLE ?= $(VENV)/bin/ansible-playbook
+GPU_MODELS ?= qwen3-30b-a3b kimi-k2.6-cut18
+GPU_RUN_ID ?= gpu-$(shell date -u +%Y%m%dT%H%M%SZ)
+gpu-sweep: $(if $(filter $(VENV)/%,$(GPU_ANSIBLE)),$(STAMP)) ## on a GPU host: real SGLang, dummy weights, every model of GPU_MODELS (inventory/gpu)
+	@set -e; for m in $(GPU_MODELS); do \
+	  echo "== gpu-sweep: $$m (run $(GPU_RUN_ID)-$$m)"; \
+	  $(GPU_ANSIBLE) -i inventory/gpu playbooks/gpu_sweep.yml -e gpu_model=$$m -e run_id=$(GPU_RUN_ID)-$$m $(GPU_ARGS); \
+	done
 
 bench-plan: $(STAMP) ## time plan.yml over 10 layouts
 	$(PY) benchmarks/bench_plan.py

@@ -61,7 +61,7 @@ SGLANG = Engine(
         "--dist-init-addr": "nnodes: (the address of the first host)",
         "--port": "port:",
     },
-    kv_stop_message="SGLang stops with 'Not enough memory'",
+    kv_stop_message="SGLang stops with 'Loaded weights leave no GPU memory for the KV cache' (0.5.16; 'Not enough memory' before)",
 )
 
 VLLM = Engine(

@@ -60,6 +60,7 @@ LAYOUT_KEYS = {
     "env": "extra environment variables for the server",
     "replicas": "independent copies of the layout behind a router",
     "engine": "sglang (default) or sim",
+    "force": "start it even when the planner says oom or invalid (to record the real failure)",
 }
 
 # CUDA context, NCCL and cuBLAS workspaces: memory PyTorch cannot use. 1 GiB reproduces the seed's OOM
@@ -143,6 +144,7 @@ def normalize_layout(layout: dict) -> dict:
         "args": dict(layout.get("args") or {}),
         "env": {str(k): str(v) for k, v in (layout.get("env") or {}).items()},
         "engine": layout.get("engine"),
+        "force": _bool(layout.get("force", False), f"{where} force"),
     }
     if out["port"] is not None and out["port"] > 65535:
         raise PlanError(f"{where} port {out['port']} is not a TCP port (1-65535)")
@@ -587,6 +589,7 @@ def plan_layout(
         "conflicts": [],
         fraction_key: mfs,
         # random weights of the checkpoint's shapes: memory, KV capacity and speed are real, outputs are not
+        "force": lay["force"],
         "load_format": args.get("--load-format") or "auto",
         "dummy_weights": args.get("--load-format") == "dummy",
     }
