@@ -123,8 +123,13 @@ def oracle_env():
     return env
 
 
-def run_bench_serving(oracle_py, url, args, workdir):
+def run_bench_serving(oracle_py, url, args, workdir, tokenizer=None, env=None):
+    """sglang.bench_serving (random-ids, fixed lengths) against url; its last JSON line.
+
+    tokenizer: the server's tokenizer folder (default: the conformance tests' offline one)."""
     out = Path(workdir) / "bench_serving.jsonl"
+    if out.exists():
+        out.unlink()
     argv = [
         oracle_py,
         "-m",
@@ -152,14 +157,16 @@ def run_bench_serving(oracle_py, url, args, workdir):
         "1",
         "--flush-cache",
         "--tokenizer",
-        str(find_tokenizer(oracle_py)),
+        str(tokenizer or find_tokenizer(oracle_py)),
         "--output-file",
         str(out),
         "--seed",
         "1",
     ]
     t0 = time.monotonic()
-    proc = subprocess.run(argv, env=oracle_env(), cwd=workdir, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        argv, env=env or oracle_env(), cwd=workdir, capture_output=True, text=True, timeout=900
+    )
     if proc.returncode != 0 or not out.is_file():
         sys.exit(
             f"bench_serving failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"

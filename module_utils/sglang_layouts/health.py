@@ -520,6 +520,8 @@ def wait_ready(
             "log_tail": list(tail),
             "exit_status": state.exit_status if state and not state.alive else None,
             "phase": phase,
+            # from reading the first fatal line to this verdict (the poll adds up to `poll` before it)
+            "verdict_s_after_line": round(time.time() - found_at, 3) if line and found_at else None,
         }
         what = f"{cls}: {line[:300]}" if line else f"{cls}: {ev['exit_status'] or 'no fatal line'}"
         raise HealthFailure(cls, f"{base_url} did not become ready ({round(elapsed(), 1)} s): {what}", ev, hint)
