@@ -234,7 +234,7 @@ def replay_main(args) -> int:
             with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
                 r = Replay(fixtures / name, Path(tmp) / "engine.log", max_gap=args.max_gap).start()
                 try:
-                    facts, failure, t_verdict = gate(r, poll=0.2, timeout=600, grace=30)
+                    _, failure, t_verdict = gate(r, poll=0.2, timeout=600, grace=30)
                 finally:
                     r.close()
                 got.add(failure.failure_class if failure else None)
@@ -259,7 +259,9 @@ def main(argv=None) -> int:
     ap.add_argument("--kinds", default="oom_at_load,crash,nccl_timeout,exit_only,bad_args")
     ap.add_argument("--json", help="also write the raw runs here")
     ap.add_argument(
-        "--replay", action="store_true", help="replay the real SGLang 0.5.16 logs instead of running the simulator"
+        "--replay",
+        action="store_true",
+        help="replay the real SGLang 0.5.16 logs instead of running the simulator",
     )
     ap.add_argument("--max-gap", type=float, default=1.0, help="replay: shorten pauses longer than this (s)")
     args = ap.parse_args(argv)

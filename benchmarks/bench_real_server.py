@@ -31,7 +31,9 @@ from sglang_layouts import bench  # noqa: E402
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", required=True)
-    ap.add_argument("--tokenizer", required=True, help="the served model's folder (bench_serving loads its tokenizer)")
+    ap.add_argument(
+        "--tokenizer", required=True, help="the served model's folder (bench_serving loads its tokenizer)"
+    )
     ap.add_argument("--bench-serving-python", default=sys.executable, help="a python that imports sglang")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--num-prompts", type=int, default=64)
@@ -81,7 +83,9 @@ def main(argv=None) -> int:
             r = rounds[-1]
             for name in ("sglang_bench", "bench_serving"):
                 c = r[name]
-                print(f"{i:>3} {name:<20} {c['output_tok_s']:>12.1f} {c['ttft_ms_p50']:>12.2f} {c['itl_ms_p50']:>11.3f}")
+                print(
+                    f"{i:>3} {name:<20} {c['output_tok_s']:>12.1f} {c['ttft_ms_p50']:>12.2f} {c['itl_ms_p50']:>11.3f}"
+                )
             print(f"{i:>3} {'ratio ours/theirs':<20} {r['ratio']:>12.4f}")
     worst = max(abs(r["ratio"] - 1) for r in rounds)
     print(

@@ -524,7 +524,9 @@ def wait_ready(
             "verdict_s_after_line": round(time.time() - found_at, 3) if line and found_at else None,
         }
         what = f"{cls}: {line[:300]}" if line else f"{cls}: {ev['exit_status'] or 'no fatal line'}"
-        raise HealthFailure(cls, f"{base_url} did not become ready ({round(elapsed(), 1)} s): {what}", ev, hint)
+        raise HealthFailure(
+            cls, f"{base_url} did not become ready ({round(elapsed(), 1)} s): {what}", ev, hint
+        )
 
     def drain(settle=0.3, limit=1.5):
         """Collect the lines still in flight (journald lags the process a little)."""

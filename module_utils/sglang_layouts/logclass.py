@@ -75,7 +75,9 @@ _VLLM_LEVEL = re.compile(
 # torch's C++ log prefix: `[rank3]:[E1129 10:00:00.000000000 ProcessGroupNCCL.cpp:632] `
 _TORCH_PREFIX = re.compile(r"^(?:\[rank\d+\]:)?\[[EWI]\d{4} [\d:.]+ [^\]]+\] ")
 # What Python prints as the last line of a traceback: a dotted exception name, then `: message`.
-_RAISED = re.compile(r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception|KeyboardInterrupt)(?::\s|$)")
+_RAISED = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception|KeyboardInterrupt)(?::\s|$)"
+)
 # The interpreter itself, before any code runs: `/opt/sglang/venv/bin/python: No module named sglang`.
 _INTERPRETER = re.compile(r"^\S*python[\d.]*: (?:No module named |Error while finding module specification)")
 
@@ -358,7 +360,9 @@ def classify_line(line: str, handled: bool = False) -> Match | None:
         if rule.scope == "raised" and not raised:
             continue
         if rule.pattern.search(body):
-            return Match(rule.cls, line.rstrip("\n"), rule.definitive and not (handled and raised), rule.hint, i)
+            return Match(
+                rule.cls, line.rstrip("\n"), rule.definitive and not (handled and raised), rule.hint, i
+            )
     return None
 
 
@@ -417,7 +421,10 @@ def classify(lines, stop_requested: bool = False) -> Match | None:
 
 
 def classify_exit(
-    exit_code: int | None, signal_name: str | None = None, engine: str = "sglang", stop_requested: bool = False
+    exit_code: int | None,
+    signal_name: str | None = None,
+    engine: str = "sglang",
+    stop_requested: bool = False,
 ) -> tuple[str, str] | None:
     """The class of a process exit without a fatal log line: (class, hint), or None for the end
     of a stop the caller asked for.
@@ -463,7 +470,10 @@ PHASES: tuple[tuple[str, re.Pattern], ...] = tuple(
         ("weights loaded", r"Load weight end"),
         ("KV cache allocated", r"KV Cache is allocated|KV cache size: "),
         ("capturing CUDA graphs", r"Capture (?:\w+ )*cuda graph begin|Capture (?:\w+ )*CUDA graph begin"),
-        ("JIT compiling kernels", r"Entering DeepGEMM JIT|[Cc]ompiling (?:kernel|module|JIT)|jit_kernel|ninja -v"),
+        (
+            "JIT compiling kernels",
+            r"Entering DeepGEMM JIT|[Cc]ompiling (?:kernel|module|JIT)|jit_kernel|ninja -v",
+        ),
         ("CUDA graphs captured", r"Capture (?:\w+ )*(?:cuda|CUDA) graph end"),
         ("HTTP server up", r"Uvicorn running on|Application startup complete"),
         ("warming up", r"Started server process|Waiting for application startup"),

@@ -178,10 +178,10 @@ class Replay:
         if self.exited is None:
             return health.ProcState(alive=True, started_at=time.time() - (time.monotonic() - self.t0))
         if self.exited == 137:  # SIGKILL, as the shell reports it
-            return health.ProcState(
-                alive=False, signal="KILL", exit_status="killed by signal 9 (KILL)"
-            )
-        return health.ProcState(alive=False, exit_code=self.exited, exit_status=f"exited with status {self.exited}")
+            return health.ProcState(alive=False, signal="KILL", exit_status="killed by signal 9 (KILL)")
+        return health.ProcState(
+            alive=False, exit_code=self.exited, exit_status=f"exited with status {self.exited}"
+        )
 
     def first_definitive(self) -> tuple[int, str] | None:
         """Index and line of the first line the classifier takes as definitive."""

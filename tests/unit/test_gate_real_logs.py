@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from sglang_layouts import health, logclass
+
 from tests.helpers.log_replay import Replay, gate
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.16"
@@ -43,7 +44,11 @@ def test_a_healthy_start_is_ready_with_no_failure(tmp_path, name, kv):
     assert facts["max_total_num_tokens"] == kv
     assert facts["ready_line_seen"]
     # the phases the log went through, in order
-    order = [p for p in ("loading weights", "KV cache allocated", "capturing CUDA graphs", "ready") if p in facts["phases"]]
+    order = [
+        p
+        for p in ("loading weights", "KV cache allocated", "capturing CUDA graphs", "ready")
+        if p in facts["phases"]
+    ]
     assert order == ["loading weights", "KV cache allocated", "capturing CUDA graphs", "ready"]
     assert [facts["phases"][p] for p in order] == sorted(facts["phases"][p] for p in order)
 
@@ -111,7 +116,9 @@ def test_check_alive_after_a_requested_stop_is_healthy(tmp_path):
     log.write_text("\n".join(_lines("qwen3-30b-a3b.log")) + "\n")
 
     def stopped():
-        return health.ProcState(alive=False, signal="KILL", exit_status="killed by signal 9", stop_requested=True)
+        return health.ProcState(
+            alive=False, signal="KILL", exit_status="killed by signal 9", stop_requested=True
+        )
 
     health.check_alive(health.FileFollower(str(log), 0), stopped, settle=0)
     with pytest.raises(health.HealthFailure) as exc:
