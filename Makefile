@@ -71,8 +71,8 @@ unit: $(STAMP) ## pure-Python unit tests
 integration: $(STAMP) ## playbooks driven through ansible-runner against the simulator
 	$(PY) -m pytest -q tests/integration
 
-conformance: $(STAMP) $(ORACLE_STAMP) ## SGLang's own parser and bench_serving against our argv and simulator
-	SGLANG_ORACLE_PY=$(CURDIR)/$(ORACLE_PY) $(PY) -m pytest -q tests/conformance
+conformance: $(STAMP) $(ORACLE_STAMP) ## SGLang's own parser and bench_serving against our argv and simulator [SGLANG_VERSION=0.5.16]
+	SGLANG_ORACLE_PY=$(abspath $(ORACLE_PY)) SGLANG_ORACLE_VERSION=$(SGLANG_VERSION) $(PY) -m pytest -q tests/conformance
 
 molecule: $(STAMP) ## Molecule scenarios on real systemd containers (podman): make molecule [S=name]
 	ci/molecule.sh $(S)
@@ -102,7 +102,7 @@ bench-sim: $(STAMP) ## does the simulator keep its schedule at 64 streams x 100 
 	$(PY) benchmarks/bench_sim.py
 
 bench-client: $(STAMP) $(ORACLE_STAMP) ## sglang_bench vs the simulator's schedule and vs sglang.bench_serving
-	SGLANG_ORACLE_PY=$(CURDIR)/$(ORACLE_PY) $(PY) benchmarks/bench_client.py
+	SGLANG_ORACLE_PY=$(abspath $(ORACLE_PY)) $(PY) benchmarks/bench_client.py
 
 bench-health: $(STAMP) ## latency from a fatal line / process exit to the health verdict
 	$(PY) benchmarks/bench_health.py

@@ -93,7 +93,11 @@ def test_a_version_that_is_no_version_never_names_a_file(repo, bad):
 @pytest.mark.parametrize("version", TABLES)
 def test_every_flag_the_planner_renders_exists_in_every_table(version):
     flags = planner.sglang_flags(version)["flags"]
-    rendered = [*engines.SGLANG.structural_flags, *engines.SGLANG.serving_flags.values(), "--trust-remote-code"]
+    rendered = [
+        *engines.SGLANG.structural_flags,
+        *engines.SGLANG.serving_flags.values(),
+        "--trust-remote-code",
+    ]
     assert [f for f in rendered if f not in flags] == []
 
 
