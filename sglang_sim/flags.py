@@ -1,9 +1,9 @@
 """The command line of `python -m sglang.launch_server`, as the simulator accepts it.
 
 When the flag table of the SGLang the simulator stands in for is present
-(`sglang_layouts/data/sglang_flags/<version>.json`, made by `make flags` from that SGLang's
-real parser; the version is this package's __version__ without "-sim") every flag of that
-SGLang is accepted; otherwise the flags the planner renders (the seed's). Unknown flags fail
+(`sglang_layouts/data/sglang_flags/<SGLANG_VERSION>.json`, made by `make flags` from that
+SGLang's real parser) every flag of that SGLang is accepted; otherwise the flags the planner
+renders (the seed's). Unknown flags fail
 like SGLang's argparse: usage, `error: unrecognized arguments: ...`, exit status 2.
 """
 
@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from . import __version__
+from . import SGLANG_VERSION
 
 PROG = "launch_server.py"
 
@@ -68,8 +68,7 @@ def flags_file() -> Path | None:
         import sglang_layouts
     except ImportError:
         return None
-    version = __version__.removesuffix("-sim")
-    path = Path(sglang_layouts.__file__).resolve().parent / "data" / "sglang_flags" / f"{version}.json"
+    path = Path(sglang_layouts.__file__).resolve().parent / "data" / "sglang_flags" / f"{SGLANG_VERSION}.json"
     return path if path.is_file() else None
 
 

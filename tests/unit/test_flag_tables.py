@@ -120,3 +120,16 @@ def test_every_release_with_a_flag_table_has_a_torch_pin(repo):
 
 def by_name(doc):
     return {e["name"]: e for e in doc["layouts"]}
+
+
+def test_the_simulator_takes_the_flags_of_the_release_it_stands_in_for(monkeypatch, capsys):
+    from sglang_sim import flags as sim_flags
+
+    argv = ["--model-path", "/m", "--torchao-config", "int8wo"]
+    monkeypatch.setattr(sim_flags, "SGLANG_VERSION", "0.5.16")
+    assert sim_flags.parse_args(argv).torchao_config == "int8wo"
+    monkeypatch.setattr(sim_flags, "SGLANG_VERSION", "0.5.23")
+    with pytest.raises(SystemExit) as e:
+        sim_flags.parse_args(argv)
+    assert e.value.code == 2
+    assert "unrecognized arguments: --torchao-config" in capsys.readouterr().err
