@@ -128,7 +128,7 @@ def _version_key(version: str) -> list[tuple[int, int | str]]:
 def flags_path(eng: Engine, sglang_version: str | None = None) -> str:
     """The flag table eng validates against: SGLang's for sglang_version, vLLM's pinned one.
 
-    sglang_version None (a caller outside Ansible, which always passes the pin) means the newest
+    The playbooks always pass sglang_version; None (a direct Python caller) means the newest
     table there is. A version without a table is an error that names the command that makes one.
     """
     if "{version}" not in eng.flags_file:
