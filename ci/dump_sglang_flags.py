@@ -1,8 +1,10 @@
-"""Print the pinned SGLang's server flags as JSON, read from its real argparse parser.
+"""Print the installed SGLang's server flags as JSON, read from its real argparse parser.
 
-Run by the oracle venv's python (`make flags`):
+One table per SGLang release; the planner picks the one for the host's sglang_version.
+`make flags [SGLANG_VERSION=0.5.16]` runs it in that release's CPU oracle venv. Any python
+that imports sglang (a GPU host's venv) makes the same table; it needs only this folder:
 
-    .venv/sglang/bin/python ci/dump_sglang_flags.py > module_utils/sglang_layouts/data/sglang_flags.json
+    python ci/dump_sglang_flags.py > module_utils/sglang_layouts/data/sglang_flags/<version>.json
 
 The parser is built exactly as `sglang.launch_server` builds it (`prepare_server_args`:
 `argparse.ArgumentParser(prog="sglang serve")` + `ServerArgs.add_cli_args`). Output:
@@ -23,6 +25,7 @@ regenerated file diffs cleanly. Nothing here depends on the machine (no device, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -48,7 +51,10 @@ def document() -> dict:
 
 
 def main() -> int:
-    json.dump(document(), sys.stdout, indent=1)
+    # Whatever importing SGLang prints goes to stderr: stdout is the table and nothing else.
+    with contextlib.redirect_stdout(sys.stderr):
+        doc = document()
+    json.dump(doc, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0
 

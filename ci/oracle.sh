@@ -8,6 +8,8 @@
 #   - python3 -m venv <venv-dir>
 #   - pip install -r requirements-sglang-oracle.txt   (CPU torch, transformers, datasets, ...)
 #   - pip install --no-deps sglang==<version>          (the wheel's ~80 GPU deps are left out)
+#   - pip install -r requirements-sglang-oracle-<version>.txt where there is one: a release
+#     other than the pin installs its own few pins over that set (make flags SGLANG_VERSION=...)
 #   - trims triton's CUDA/ROCm binaries (~500 MB; only `import triton` is needed)
 #   - a .pth file that puts ci/shims/ (the torchvision stub) on sys.path and points every
 #     cache SGLang, HF, torch and triton write (SGLANG_CACHE_DIR, HF_HOME, ...) at
@@ -29,6 +31,7 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mkdir -p "$(dirname "$1")"
 VENV="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
 REQ="$REPO/requirements-sglang-oracle.txt"
+REQ_VERSION="$REPO/requirements-sglang-oracle-$SGLANG_VERSION.txt"
 SHIMS="$REPO/ci/shims"
 PYTHON="${PYTHON:-python3}"
 CACHE="$VENV/cache"
@@ -47,6 +50,7 @@ fingerprint() {
     echo "sglang==$SGLANG_VERSION"
     "$PYTHON" -c 'import sys; print(sys.version)'
     cat "$REQ" "$SHIMS/torchvision/__init__.py" "${BASH_SOURCE[0]}"
+    if [[ -f "$REQ_VERSION" ]]; then cat "$REQ_VERSION"; fi
   } | sha256sum | cut -d' ' -f1
 }
 FP="$(fingerprint)"
@@ -104,6 +108,12 @@ log "$STEP (log: $LOG)"
 STEP="pip install --no-deps sglang==$SGLANG_VERSION"
 log "$STEP"
 "${PIP[@]}" install --no-deps "sglang==$SGLANG_VERSION" >>"$LOG" 2>&1
+
+if [[ -f "$REQ_VERSION" ]]; then
+  STEP="pip install -r $(basename "$REQ_VERSION")"
+  log "$STEP"
+  "${PIP[@]}" install -r "$REQ_VERSION" >>"$LOG" 2>&1
+fi
 
 STEP="trim triton's GPU binaries"
 SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"

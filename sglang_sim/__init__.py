@@ -7,10 +7,14 @@ continuous-batching cost model. Standard library only; see README.md.
 """
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
-__version__ = "0.5.23-sim"
+# The SGLang release the simulator stands in for: its command line is that release's flag table.
+# The service role passes the host's sglang_version; 0.5.23 is the release it was written against.
+SGLANG_VERSION = os.environ.get("SGLANG_SIM_SGLANG_VERSION") or "0.5.23"
+__version__ = f"{SGLANG_VERSION}-sim"
 
 # In the repo the planner lives in <repo>/module_utils/sglang_layouts; on a host the
 # service role copies sglang_sim/ and sglang_layouts/ side by side (PYTHONPATH).

@@ -1,9 +1,10 @@
 """The command line of `python -m sglang.launch_server`, as the simulator accepts it.
 
-When `sglang_layouts/data/sglang_flags.json` is present (made by `make flags` from the
-pinned SGLang's real parser) every flag of that SGLang is accepted; otherwise the
-flags the planner renders (the seed's). Unknown flags fail like SGLang's argparse:
-usage, `error: unrecognized arguments: ...`, exit status 2.
+When the flag table of the SGLang the simulator stands in for is present
+(`sglang_layouts/data/sglang_flags/<SGLANG_VERSION>.json`, made by `make flags` from that
+SGLang's real parser) every flag of that SGLang is accepted; otherwise the flags the planner
+renders (the seed's). Unknown flags fail
+like SGLang's argparse: usage, `error: unrecognized arguments: ...`, exit status 2.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import argparse
 import json
 import os
 from pathlib import Path
+
+from . import SGLANG_VERSION
 
 PROG = "launch_server.py"
 
@@ -65,7 +68,7 @@ def flags_file() -> Path | None:
         import sglang_layouts
     except ImportError:
         return None
-    path = Path(sglang_layouts.__file__).resolve().parent / "data" / "sglang_flags.json"
+    path = Path(sglang_layouts.__file__).resolve().parent / "data" / "sglang_flags" / f"{SGLANG_VERSION}.json"
     return path if path.is_file() else None
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -21,7 +22,10 @@ class Engine:
     name: str
     label: str  # how messages name it
     launcher: tuple[str, ...]
+    # Its flag table under data/, dumped from its own parser; "{version}" is the SGLang version
+    # the host gets (sglang_version): SGLang's flags change between releases.
     flags_file: str
+    flags_command: str  # the command that makes that table
     unit_prefix: str
     fraction_key: str  # the serving key that sizes the static memory pool
     fraction_flag: str
@@ -36,7 +40,8 @@ SGLANG = Engine(
     name="sglang",
     label="SGLang",
     launcher=("python3", "-m", "sglang.launch_server"),
-    flags_file="sglang_flags.json",
+    flags_file="sglang_flags/{version}.json",
+    flags_command="make flags SGLANG_VERSION={version}",
     unit_prefix="sglang",
     fraction_key="mem_fraction_static",
     fraction_flag="--mem-fraction-static",
@@ -69,6 +74,7 @@ VLLM = Engine(
     label="vLLM",
     launcher=("python3", "-m", "vllm.entrypoints.openai.api_server"),
     flags_file="vllm_flags.json",
+    flags_command="make vllm-flags",
     unit_prefix="vllm",
     fraction_key="gpu_memory_utilization",
     fraction_flag="--gpu-memory-utilization",
@@ -100,21 +106,77 @@ def engine(name: str | None) -> Engine:
     return ENGINES[key]
 
 
-@lru_cache(maxsize=4)
-def engine_flags(flags_file: str) -> dict:
-    """Flags of the pinned engine, dumped from its own argument parser (make flags / ci/dump_vllm_flags.py)."""
-    path = os.path.join(DATA, flags_file)
+# What ci/oracle.sh accepts as an SGLang version; anything else never names a file under data/.
+VERSION_RE = re.compile(r"^[0-9]+(\.[0-9A-Za-z]+)+$")
+
+
+def sglang_flag_tables() -> list[str]:
+    """The SGLang versions that have a flag table (data/sglang_flags/<version>.json), oldest first."""
+    folder = os.path.join(DATA, os.path.dirname(SGLANG.flags_file))
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except OSError as e:
-        raise PlanError(f"{path} is missing: regenerate it from the engine's parser ({e.strerror})") from e
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    versions = [n[: -len(".json")] for n in names if n.endswith(".json")]
+    return sorted(versions, key=_version_key)
 
 
-def flag_index(eng: Engine) -> dict[str, str]:
-    """Every spelling (incl. aliases) -> canonical flag."""
+def _version_key(version: str) -> list[tuple[int, int | str]]:
+    return [(0, int(p)) if p.isdigit() else (1, p) for p in version.split(".")]
+
+
+def flags_path(eng: Engine, sglang_version: str | None = None) -> str:
+    """The flag table eng validates against: SGLang's for sglang_version, vLLM's pinned one.
+
+    The playbooks always pass sglang_version; None (a direct Python caller) means the newest
+    table there is. A version without a table is an error that names the command that makes one.
+    """
+    if "{version}" not in eng.flags_file:
+        return os.path.join(DATA, eng.flags_file)
+    tables = sglang_flag_tables()
+    if sglang_version is None:
+        if not tables:
+            raise PlanError(f"no SGLang flag table under {DATA}: run `make flags`")
+        sglang_version = tables[-1]
+    version = str(sglang_version)
+    if not VERSION_RE.match(version):
+        raise PlanError(f"sglang_version {version!r} is not an SGLang version such as 0.5.23")
+    if version not in tables:
+        rel = eng.flags_file.format(version=version)
+        raise PlanError(
+            f"SGLang {version} has no flag table (module_utils/sglang_layouts/data/{rel}), so the planner "
+            f"cannot check its flags. Make it from SGLang {version}'s own parser: "
+            f"`{eng.flags_command.format(version=version)}`. Tables exist for: {', '.join(tables) or 'none'}."
+        )
+    return os.path.join(DATA, eng.flags_file.format(version=version))
+
+
+def engine_flags(eng: Engine, sglang_version: str | None = None) -> dict:
+    """eng's flags as its own parser declares them (make flags / make vllm-flags)."""
+    path = flags_path(eng, sglang_version)
+    try:
+        return _load_table(path)
+    except (OSError, ValueError, KeyError) as e:
+        version = os.path.basename(path)[: -len(".json")]
+        raise PlanError(
+            f"{path} is not a flag table ({e}): remake it from {eng.label}'s own parser with "
+            f"`{eng.flags_command.format(version=version)}`"
+        ) from e
+
+
+@lru_cache(maxsize=8)
+def _load_table(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        table = json.load(f)
+    if not isinstance(table, dict) or not isinstance(table["flags"], dict):
+        raise ValueError("no flags mapping")
+    return table
+
+
+def flag_index(table: dict) -> dict[str, str]:
+    """Every spelling (incl. aliases) in a flag table -> canonical flag."""
     index = {}
-    for flag, meta in engine_flags(eng.flags_file)["flags"].items():
+    for flag, meta in table["flags"].items():
         index[flag] = flag
         for alias in meta.get("aliases") or ():
             index[alias] = flag

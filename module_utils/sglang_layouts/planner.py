@@ -74,9 +74,9 @@ VLLM_ACTIVATION_GIB = 1.0
 TRANSIENT_LAYERS = 1
 
 
-def sglang_flags() -> dict:
-    """Flags of the pinned SGLang, as its own parser declares them (data/sglang_flags.json)."""
-    return engine_flags(SGLANG.flags_file)
+def sglang_flags(sglang_version: str | None = None) -> dict:
+    """Flags of SGLang sglang_version as its own parser declares them (data/sglang_flags/<version>.json)."""
+    return engine_flags(SGLANG, sglang_version)
 
 
 # ---------------------------------------------------------------------------
@@ -158,10 +158,12 @@ def normalize_layout(layout: dict) -> dict:
     return out
 
 
-def canonical_args(name: str, args: dict, eng: Engine = SGLANG) -> dict[str, object]:
-    """A layout's args: mapping with keys as the pinned engine's canonical flags."""
-    index = flag_index(eng)
-    data = engine_flags(eng.flags_file)
+def canonical_args(
+    name: str, args: dict, eng: Engine = SGLANG, sglang_version: str | None = None
+) -> dict[str, object]:
+    """A layout's args: mapping with keys as the engine's canonical flags (SGLang's of sglang_version)."""
+    data = engine_flags(eng, sglang_version)
+    index = flag_index(data)
     version = data.get(f"{eng.name}_version", "?")
     out = {}
     for key, value in args.items():
@@ -524,9 +526,16 @@ def _r(x: float, nd: int = 2) -> float:
 
 
 def plan_layout(
-    layout: dict, spec: ModelSpec, hardware: dict, serving: dict, cluster: dict | None = None
+    layout: dict,
+    spec: ModelSpec,
+    hardware: dict,
+    serving: dict,
+    cluster: dict | None = None,
+    sglang_version: str | None = None,
 ) -> dict:
-    """Verdict, memory per rank, KV capacity, argv and env of one layout (on one host of `cluster`)."""
+    """Verdict, memory per rank, KV capacity, argv and env of one layout (on one host of `cluster`).
+
+    args: are checked against the flags of SGLang sglang_version (the newest table when None)."""
     lay = normalize_layout(layout)
     hardware = normalize_hardware(hardware)
     serving = normalize_serving(serving)
@@ -536,7 +545,7 @@ def plan_layout(
     lay_args = dict(lay["args"])
     if spec.load_format and not {"load_format", "--load-format", "load-format"} & set(map(str, lay_args)):
         lay_args["load_format"] = spec.load_format  # the model-wide choice; a layout's args: win
-    args = canonical_args(lay["name"], lay_args, eng)
+    args = canonical_args(lay["name"], lay_args, eng, sglang_version)
     # a layout may override serving-wide flags through args:
     eff = dict(serving)
     for key, flag in eng.serving_flags.items():
@@ -960,7 +969,12 @@ def plan_host(inputs: dict) -> dict:
     hardware = normalize_hardware(inputs.get("hardware") or {})
     serving = normalize_serving(inputs.get("serving") or {})
     cluster = normalize_cluster(inputs.get("cluster"), inputs.get("host"))
-    plans = [plan_layout(layout, spec, hardware, serving, cluster) for layout in layouts]
+    # The SGLang the host gets (sglang_version): its own flags are what args: may use.
+    sglang_version = inputs.get("sglang_version")
+    if sglang_version in ("", "None"):
+        sglang_version = None
+    sglang_table = sglang_flags(sglang_version)
+    plans = [plan_layout(layout, spec, hardware, serving, cluster, sglang_version) for layout in layouts]
     _conflicts(plans, inputs.get("host"))
     return {
         "schema": PLAN_SCHEMA,
@@ -973,7 +987,7 @@ def plan_host(inputs: dict) -> dict:
             "vocab_size": int(spec.config["vocab_size"]),
         },
         "mode": spec.mode,
-        "sglang_version": sglang_flags().get("sglang_version"),
+        "sglang_version": sglang_table.get("sglang_version"),
         "hardware": hardware,
         "serving": {k: v for k, v in serving.items() if k != "api_key_set"},
         "layouts": plans,

@@ -7,7 +7,7 @@ and say how to build it.
 
 Fixtures and helpers for other conformance tests:
 
-- `oracle_python`: path of the oracle python (str).
+- `oracle_python`: path of the oracle python (str); `oracle_sglang_version`: the release it holds.
 - `oracle_env()`: the environment to run it with (offline, no PYTHONPATH leaking in).
 - `oracle_tokenizer`: a tiny offline tokenizer dir (built once, cached under build/).
 - `sglang_model_dir(dest, config)`: a directory SGLang's ModelConfig can load from a config.json
@@ -57,6 +57,13 @@ def _resolve_oracle_python() -> Path:
             pytrace=False,
         )
     return ORACLE_DEFAULT
+
+
+@pytest.fixture(scope="session")
+def oracle_sglang_version(oracle_python) -> str:
+    """The SGLang release the oracle venv holds (its metadata; sglang is not imported)."""
+    code = "import importlib.metadata as m; print(m.version('sglang'))"
+    return run_oracle(oracle_python, ["-c", code], timeout=60).stdout.strip()
 
 
 def oracle_env(extra: dict | None = None) -> dict:

@@ -77,3 +77,68 @@ def test_plan_refuses_bad_input_before_anything(run_playbook, tmp_path):
     assert r.status == "failed"
     assert any("unknown key(s) tpp" in m for m in failed_messages(r))
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.23"])
+def test_extra_var_sglang_version_picks_that_releases_flag_table(run_playbook, tmp_path, version):
+    # --torchao-config exists in SGLang 0.5.16's parser and not in 0.5.23's
+    layouts = [{"name": "ep8", "tp": 8, "ep": 8, "args": {"torchao_config": "int8wo"}}]
+    out = tmp_path / "plan"
+    r = run_playbook(
+        "plan.yml",
+        extravars={"sglang_plan_dir": str(out), "sglang_version": version, "sglang_layouts": layouts},
+    )
+    if version == "0.5.23":
+        assert r.status == "failed"
+        assert any("SGLang 0.5.23 has no flag --torchao-config" in m for m in failed_messages(r))
+        return
+    assert r.status == "successful", failed_messages(r)
+    doc = json.loads((out / "seed-box.json").read_text())
+    assert doc["sglang_version"] == "0.5.16"
+    assert "--torchao-config" in doc["layouts"][0]["flags"]
+
+
+def test_a_release_without_a_flag_table_is_refused_with_the_command(run_playbook, tmp_path):
+    r = run_playbook(
+        "plan.yml", extravars={"sglang_plan_dir": str(tmp_path / "p"), "sglang_version": "0.5.17"}
+    )
+    assert r.status == "failed"
+    assert any("`make flags SGLANG_VERSION=0.5.17`" in m for m in failed_messages(r)), failed_messages(r)
+    assert not (tmp_path / "p").exists()
+
+
+TORCH_PIN_PLAY = """
+- name: The torch pin sglang_venv derives from sglang_version
+  hosts: localhost
+  gather_facts: false
+  vars_files:
+    - {repo}/group_vars/all/engine.yml
+    - {repo}/roles/sglang_venv/defaults/main.yml
+  tasks:
+    - name: Torch pin
+      ansible.builtin.debug:
+        msg: "{{{{ sglang_venv_torch_version }}}}"
+"""
+
+
+@pytest.mark.parametrize("version", ["0.5.16", "0.5.23", None])
+def test_the_torch_pin_follows_sglang_version(run_playbook, tmp_path, version):
+    play = tmp_path / "torch_pin.yml"
+    play.write_text(TORCH_PIN_PLAY.format(repo=REPO))
+    r = run_playbook(
+        str(play), inventory="localhost,", extravars={"sglang_version": version} if version else {}
+    )
+    assert r.status == "successful", failed_messages(r)
+    # the torch== each release's wheel pins; without -e, the pin's
+    torch = {"0.5.16": "2.11.0", "0.5.23": "2.14.1"}.get(version) or SHARED["sglang_torch_pins"][
+        SHARED["sglang_version"]
+    ]
+    assert debug_msg(r, "Torch pin") == torch
+
+
+def test_a_release_without_a_torch_pin_is_a_clear_error(run_playbook, tmp_path):
+    play = tmp_path / "torch_pin.yml"
+    play.write_text(TORCH_PIN_PLAY.format(repo=REPO))
+    r = run_playbook(str(play), inventory="localhost,", extravars={"sglang_version": "0.5.17"})
+    assert r.status == "failed"
+    assert any("SGLang 0.5.17 has no torch pin in sglang_torch_pins" in m for m in failed_messages(r))

@@ -48,7 +48,9 @@ def test_unknown_flag_is_argparse_exit_2(capsys):
 
 def test_every_flag_of_the_pinned_sglang_is_accepted():
     path = flags.flags_file()
-    assert path is not None, "module_utils/sglang_layouts/data/sglang_flags.json is missing (make flags)"
+    assert path is not None, (
+        "the flag table of the SGLang the simulator stands in for is missing (make flags)"
+    )
     dump = json.loads(path.read_text())["flags"]
     argv = []
     for flag, spec in dump.items():
