@@ -37,7 +37,7 @@ def base_interpreter() -> str:
     if sys.prefix == sys.base_prefix:
         return sys.executable
     # The base prefix's own pythonX.Y first: _base_executable may name a python3 symlink.
-    exact = os.path.join(sys.base_prefix, "bin", "python%d.%d" % sys.version_info[:2])
+    exact = os.path.join(sys.base_prefix, "bin", f"python{sys.version_info[0]}.{sys.version_info[1]}")
     if os.access(exact, os.X_OK):
         return exact
     return getattr(sys, "_base_executable", None) or exact
@@ -58,7 +58,7 @@ def site_dirs() -> list[str]:
 def describe() -> dict:
     return {
         "python": sys.executable,
-        "version": "%d.%d" % sys.version_info[:2],
+        "version": f"{sys.version_info[0]}.{sys.version_info[1]}",
         "prefix": sys.prefix,
         "is_venv": sys.prefix != sys.base_prefix,
         "base_python": base_interpreter(),
@@ -131,7 +131,10 @@ def provides(names: list[str], base_dirs: list[str], own_dirs: list[str]) -> dic
         for d in own_dirs:
             if os.path.isdir(d):
                 for f in sorted(os.listdir(d)):
-                    if f.endswith(".dist-info") and canonical_name(f[: -len(".dist-info")].split("-")[0]) == want:
+                    if (
+                        f.endswith(".dist-info")
+                        and canonical_name(f[: -len(".dist-info")].split("-")[0]) == want
+                    ):
                         entry["own_copy"].append(os.path.join(d, f))
         try:
             dist = importlib.metadata.distribution(name)
