@@ -12,7 +12,7 @@ _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
-from sglang_layouts import planner  # noqa: E402
+from sglang_layouts import planner, wheels  # noqa: E402
 from sglang_layouts.plan_table import plan_table  # noqa: E402
 
 
@@ -49,6 +49,22 @@ def sglang_host_addresses(hosts, hostvars):
     return out
 
 
+def sglang_wheel_pins(filenames):
+    """Wheel file names -> one exact pin each (name==version), sorted by name."""
+    try:
+        return wheels.wheel_pins(_plain(filenames))
+    except wheels.WheelError as e:
+        raise AnsibleFilterError(f"sglang_wheel_pins: {e}") from e
+
+
+def sglang_drop_pins(steps, names):
+    """Pip steps without the pins of `names`; steps left empty are dropped."""
+    try:
+        return wheels.drop_pins(_plain(steps), _plain(names))
+    except wheels.WheelError as e:
+        raise AnsibleFilterError(f"sglang_drop_pins: {e}") from e
+
+
 def _plain(value):
     """Ansible's lazy containers and tagged strings -> plain Python (json round-trip types)."""
     if isinstance(value, dict):
@@ -67,4 +83,6 @@ class FilterModule:
             "sglang_layout_plan": sglang_layout_plan,
             "sglang_plan_table": sglang_plan_table,
             "sglang_host_addresses": sglang_host_addresses,
+            "sglang_wheel_pins": sglang_wheel_pins,
+            "sglang_drop_pins": sglang_drop_pins,
         }

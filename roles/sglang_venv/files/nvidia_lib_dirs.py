@@ -14,9 +14,20 @@ import sys
 FIRST = ("cu13", "cuda_runtime")  # the CUDA runtime before the libraries built on it
 
 
+def package_dirs():
+    """The venv's site-packages, then the other folders on sys.path: a venv built over a base
+    env (sglang_venv_base_env) reaches the base env's torch and its nvidia-* wheels through a
+    .pth file, which puts those folders on sys.path but not in site.getsitepackages()."""
+    out = []
+    for d in [*site.getsitepackages(), *sys.path]:
+        if d and os.path.isdir(d) and d not in out:
+            out.append(d)
+    return out
+
+
 def lib_dirs():
     found = []
-    for sp in site.getsitepackages():
+    for sp in package_dirs():
         for lib in sorted(glob.glob(os.path.join(sp, "nvidia", "*", "lib"))):
             if glob.glob(os.path.join(lib, "*.so*")) and lib not in found:
                 found.append(lib)
