@@ -293,7 +293,7 @@ ansible_facts:
               description: Requests/s of a rate level (C(inf) as a string); null for a concurrency level.
               type: raw
             schedule:
-              description: Rate levels - the seed, the offsets (s) of the arrival schedule, send_lag_ms and client_lag_ms
+              description: Rate levels - the seed, the offsets (s) of the arrival schedule, send_lag_ms (and send_lag_ms_each, per request) and client_lag_ms
                 (mean/p50/p90/p99, and max), achieved_request_rate and scheduled_request_rate.
               type: dict
             goodput_req_s:

@@ -1505,6 +1505,7 @@ def _schedule_report(rate, raws, offsets, seed):
         "offsets_s": [round(o, 6) for o in offsets],
         "send_lag_ms": stats(lag),
         "send_lag_ms_max": max(lag) if lag else None,
+        "send_lag_ms_each": [round(x, 3) for x in lag],  # request i of the level, in schedule order
         "client_lag_ms": stats(client_lag),
         "client_lag_ms_max": max(client_lag) if client_lag else None,
         "achieved_request_rate": achieved,
