@@ -16,6 +16,9 @@ capped by --max-concurrency) has no sampling at all. For TTFT it prints what the
 for each client's requests: a request's TTFT depends on where it lands in the decode step, so two
 clients whose requests land at different phases see different true TTFTs (a client whose timers
 fire only after it has read a step's chunks sends just after a step starts and waits longer).
+bench_serving 0.5.23 opens a new aiohttp session per request (async_request_sglang_generate), so its
+TTFT includes a TCP connect and its client overhead; the script prints measured - scheduled TTFT
+per client to show which of the two is closer to what the server did.
 
     make bench-rate          # SGLANG_ORACLE_PY=.venv/sglang/bin/python benchmarks/bench_rate.py
     python benchmarks/bench_rate.py --rates 20 inf --num-prompts 400
@@ -37,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "module_utils"), str(REPO), str(REPO / "benchmarks")]
 
-from bench_client import find_tokenizer, oracle_env, read_schedule  # noqa: E402
+from bench_client import find_tokenizer, oracle_env, read_schedule, server_side_tok_s  # noqa: E402
 from sglang_layouts import bench  # noqa: E402
 
 from sglang_sim.launcher import SimProcess  # noqa: E402
@@ -206,6 +209,14 @@ def main(argv=None):
                         TOK_S_TARGET,
                     )
                     print(line)
+                ss_ours, ss_theirs = server_side_tok_s(mine), server_side_tok_s(their)
+                if ss_ours and ss_theirs:
+                    print(
+                        f"   tok/s as the simulator saw it (tokens / first arrival -> last token due): sglang_bench "
+                        f"{ss_ours:.1f}, bench_serving {ss_theirs:.1f} (ratio {ss_ours / ss_theirs:.4f}); each client's "
+                        f"own figure / this: sglang_bench {ours['output_tok_s'] / ss_ours:.4f}, bench_serving "
+                        f"{theirs['output_throughput'] / ss_theirs:.4f}"
+                    )
                 # which TTFT is right: what the simulator scheduled for each client's requests
                 sched_ttft = [
                     statistics.median(
