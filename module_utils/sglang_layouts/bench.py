@@ -1736,7 +1736,7 @@ def _max_met_rate(levels):
     return rate_json(max(met)) if met else None
 
 
-def slo_search(cfg, levels, run, progress=None):
+def slo_search(cfg, levels, run, progress=None, keep_going=None):
     """Bisection over request rate for the highest rate meeting the SLO (FORMULAS["slo_max_rate"]).
 
     levels: the ladder's levels (their verdicts bracket the search); run(rate, step) measures one rate level.
@@ -1776,6 +1776,9 @@ def slo_search(cfg, levels, run, progress=None):
                 lo = r
             else:
                 hi = r
+            if keep_going is not None and not keep_going(lv):
+                stopped = "stopped between levels"
+                break
     out = {
         "slo_max_rate": rate_json(lo),
         "bracket": [rate_json(lo), rate_json(hi)],
@@ -1856,6 +1859,12 @@ def check_against_server(cfg, server):
             )
 
 
+def keep_going(cfg, level):
+    """Whether the ladder (and the SLO search) go on after this level: the one place for checks between levels
+    (e.g. stop where the server died)."""
+    return True
+
+
 def run_benchmark(cfg, api_key=None, progress=None, keep_requests=False):
     """Run every level of cfg (and the SLO search); returns {"summary", "levels", "config", "server", "formulas"}."""
     cfg = dict(cfg)
@@ -1868,7 +1877,8 @@ def run_benchmark(cfg, api_key=None, progress=None, keep_requests=False):
     for index, spec in enumerate(level_specs(cfg)):
         level = asyncio.run(run_level(cfg, spec, index, progress, keep_requests))
         levels.append(level)
-        # Checks between levels go here (one place): e.g. stop the ladder when the server died.
+        if not keep_going(cfg, level):
+            break
     search = None
     if (cfg.get("slo") or {}).get("search"):
         base = len(levels)
@@ -1886,7 +1896,8 @@ def run_benchmark(cfg, api_key=None, progress=None, keep_requests=False):
             lv["search_step"] = step
             return lv
 
-        search = slo_search(cfg, levels, run_step, progress)
+        if all(keep_going(cfg, lv) for lv in levels[-1:]):
+            search = slo_search(cfg, levels, run_step, progress, keep_going=lambda lv: keep_going(cfg, lv))
     summary = summarize(levels, cfg["knee_fraction"], None if search is None else search["slo_max_rate"])
     if search is not None:
         summary["slo_search"] = search

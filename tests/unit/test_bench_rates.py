@@ -463,3 +463,29 @@ def test_telemetry_without_gpus_or_metrics_says_absent(monkeypatch):
     off = bench.make_config("http://127.0.0.1:1", telemetry=False)
     assert off["telemetry"] is False
     assert os.environ["SGLANG_BENCH_NVIDIA_SMI"] == "/nonexistent/nvidia-smi"
+
+
+def test_a_between_levels_check_stops_the_ladder_and_the_search(monkeypatch):
+    monkeypatch.setattr(bench, "keep_going", lambda cfg, level: level.get("request_rate") != 20.0)
+    with FakeServer(step_s=0.001, first_s=0.002) as srv:
+        cfg = bench.make_config(
+            srv.url,
+            concurrency=[1],
+            request_rates=[20, 40],
+            num_prompts=2,
+            input_len=4,
+            output_len=2,
+            warmup=0,
+            slo={"ttft_p99_ms": 5000, "search": True},
+        )
+        out = bench.run_benchmark(cfg)
+    assert [lv["request_rate"] for lv in out["levels"]] == [None, 20.0]
+    assert "slo_search" not in out["summary"]
+    calls = []
+    search = bench.slo_search(
+        {"slo": bench.make_slo({"ttft_p99_ms": 1, "search": True})},
+        [],
+        lambda r, s: calls.append(r) or {"request_rate": r, "slo_met": True},
+        keep_going=lambda lv: False,
+    )
+    assert calls == [1.0] and search["stopped"] == "stopped between levels"
