@@ -26,7 +26,7 @@ export PY_COLORS := 0
 INVENTORY ?= inventory/demo
 S ?=
 
-.PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test lint unit integration conformance molecule bench-sim bench-client bench-health bench-health-replay bench-plan flags clean
+.PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test lint unit integration conformance molecule bench-sim bench-client bench-rate bench-health bench-health-replay bench-plan flags clean
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -113,6 +113,9 @@ bench-sim: $(STAMP) ## does the simulator keep its schedule at 64 streams x 100 
 
 bench-client: $(STAMP) $(ORACLE_STAMP) ## sglang_bench vs the simulator's schedule and vs sglang.bench_serving
 	SGLANG_ORACLE_PY=$(abspath $(ORACLE_PY)) $(PY) benchmarks/bench_client.py
+
+bench-rate: $(STAMP) $(ORACLE_STAMP) ## request-rate mode vs sglang.bench_serving --request-rate on the simulator (ratios)
+	SGLANG_ORACLE_PY=$(CURDIR)/$(ORACLE_PY) $(PY) benchmarks/bench_rate.py
 
 bench-health: $(STAMP) ## latency from a fatal line / process exit to the health verdict
 	$(PY) benchmarks/bench_health.py

@@ -12,7 +12,7 @@ _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
-from sglang_layouts import planner, wheels  # noqa: E402
+from sglang_layouts import bench, planner, wheels  # noqa: E402
 from sglang_layouts.plan_table import plan_table  # noqa: E402
 
 
@@ -65,6 +65,14 @@ def sglang_drop_pins(steps, names):
         raise AnsibleFilterError(f"sglang_drop_pins: {e}") from e
 
 
+def sglang_bench_rate_label(rate):
+    """A request rate as the load generator's progress lines name it (2, 0.5, inf); refuses rates <= 0."""
+    try:
+        return bench.rate_label(bench.parse_rate(_plain(rate)))
+    except bench.BenchError as e:
+        raise AnsibleFilterError(f"sglang_bench_rate_label: {e}") from e
+
+
 def _plain(value):
     """Ansible's lazy containers and tagged strings -> plain Python (json round-trip types)."""
     if isinstance(value, dict):
@@ -85,4 +93,5 @@ class FilterModule:
             "sglang_host_addresses": sglang_host_addresses,
             "sglang_wheel_pins": sglang_wheel_pins,
             "sglang_drop_pins": sglang_drop_pins,
+            "sglang_bench_rate_label": sglang_bench_rate_label,
         }

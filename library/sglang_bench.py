@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: sglang_bench
-short_description: Measure one running SGLang server at a ladder of concurrency levels
+short_description: Measure one running SGLang server at concurrency and request-rate levels, with SLOs and telemetry
 description:
   - A closed-loop load generator written with the Python standard library only (asyncio, raw HTTP/1.1,
     Server-Sent Events), so it runs on a bare host C(python3) with no aiohttp.
@@ -20,6 +20,17 @@ description:
     routes), never from what was asked.
   - Progress lines (one when a level starts, one when it ends, one at the end) are appended to O(progress_file)
     so that a playbook can show each level while the module runs asynchronously.
+  - O(request_rates) adds open-loop levels after the concurrency levels, where requests are sent on a seeded
+    schedule (Poisson arrivals, gamma with O(burstiness), C(inf) = all at once) whatever the server does, at
+    most O(max_concurrency) in flight when set; each level records the schedule and how late each request was
+    sent against it, and warns when the client could not keep up.
+  - O(dataset) picks the workload (fixed random ids, random lengths, a ShareGPT file, shared-prefix groups);
+    O(slo) gives per level goodput and whether the level meets it, and with C(search) a bisection over the
+    request rate for the highest rate that meets it.
+  - O(telemetry) samples the server's C(/metrics) (start SGLang with C(--enable-metrics)) and the GPUs
+    (C(nvidia-smi) query loop; absent GPUs are recorded as C(absent)) during every level.
+  - Bad input (a rate of 0 or below, an SLO key that does not exist, a dataset file that does not parse or holds no
+    usable conversation, prompts longer than the context) fails before any request is sent.
 version_added: "0.1.0"
 author: sglang-layouts contributors
 options:
@@ -103,6 +114,61 @@ options:
     description: Also return every request's figures (C(levels[].requests)); for tests and audits.
     type: bool
     default: false
+  request_rates:
+    description:
+      - Open-loop levels in requests/s, run after the O(concurrency) levels, in this order. A number > 0 or
+        C(inf) (every request at once). Set O(concurrency=[]) for a rate ladder only.
+      - Requests per level are O(num_prompts), or every arrival before O(duration_s), or by default
+        C(max(min_prompts, min(ceil(rate x 30), 1024))) (C(inf) without O(num_prompts) sends
+        C(max(min_prompts, min(4 x max_concurrency, 1024))) with 16 when O(max_concurrency) is not set).
+    type: list
+    elements: raw
+    default: []
+  burstiness:
+    description: Shape of the gamma distribution of the gaps between arrivals (mean 1 / rate); C(1) is Poisson,
+      below 1 burstier, above 1 more regular (as vLLM's and SGLang's C(--burstiness)).
+    type: float
+    default: 1.0
+  max_concurrency:
+    description: Most requests in flight at once in a rate level (a scheduled request waits for a slot; the wait
+      shows in C(send_lag_ms)). Unset = no cap.
+    type: int
+  duration_s:
+    description: Seconds of arrivals per rate level instead of a request count (not with rate C(inf)).
+    type: float
+  dataset:
+    description:
+      - 'The workload: C(name) and its options. C(random) (default): O(input_len) / O(output_len) random token ids
+        (options C(input_len), C(output_len)). C(random-range): lengths uniform in C([max(1, int(len x range_ratio)), len])
+        (C(range_ratio) in [0, 1], C(input_len), C(output_len)). C(sharegpt): C(path) of a ShareGPT-format JSON file on
+        the host (the role copies it from the controller), first human turn as the text prompt, the reply''s word count
+        or C(output_len) as the output length, C(max_conversations). C(shared-prefix): C(num_groups) (4) system
+        prompts of C(prefix_len) (512) tokens, each request one of them plus C(input_len) random ids (exercises
+        the radix cache).'
+      - Prompt token counts are always the server's own (meta_info / usage).
+    type: dict
+  slo:
+    description:
+      - Service-level objective, milliseconds per key C(ttft_pNN_ms), C(itl_pNN_ms), C(tpot_pNN_ms), C(e2e_pNN_ms)
+        (NN a percentile, e.g. C(ttft_p99_ms)), or C(ttft_ms) etc. with C(percentile) (default 99).
+      - C(max_error_rate) (default 0) - a level with more failed requests misses the SLO.
+      - C(search=true) adds an SLO search after the ladder; bisection over the request rate between the highest
+        rate that met and the lowest that missed (doubling from C(search_min_rate), default 1, while nothing missed,
+        capped at C(search_max_rate)), at most C(search_steps) (6) levels, stopping when the bracket is within
+        C(search_tolerance) (0.05).
+    type: dict
+  context_length:
+    description: The server's context length in tokens; prompts plus outputs longer than it are refused before
+      any request (the server's C(/server_info) C(context_length) is checked too when it reports one).
+    type: int
+  telemetry:
+    description: Sample the server's C(/metrics) and the GPUs during each level.
+    type: bool
+    default: true
+  telemetry_interval:
+    description: Seconds between telemetry samples.
+    type: float
+    default: 1.0
 attributes:
   check_mode:
     support: full
@@ -134,6 +200,16 @@ EXAMPLES = r"""
     concurrency: [1]
     num_prompts: 4
     api_key: "{{ sglang_api_key }}"
+
+- name: Rate ladder with an SLO and an SLO search, on a ShareGPT file
+  ansible.legacy.sglang_bench:
+    url: http://127.0.0.1:30000
+    concurrency: []
+    request_rates: [1, 2, 4, 8, inf]
+    burstiness: 1.0
+    num_prompts: 200
+    dataset: {name: sharegpt, path: /tmp/sharegpt.json, output_len: 256}
+    slo: {ttft_p99_ms: 2000, itl_p99_ms: 50, search: true, search_steps: 5}
 """
 
 RETURN = r"""
@@ -173,6 +249,20 @@ ansible_facts:
             knee_concurrency:
               description: Smallest concurrency with output_tok_s >= knee_fraction x peak_output_tok_s.
               type: int
+            peak_request_rate:
+              description: Request rate of the peak level (null when the peak is a concurrency level; C(inf) as a string).
+              type: raw
+            slo_max_rate:
+              description: Highest request rate whose level met the SLO (the ladder refined by the SLO search);
+                null when none did or without an SLO.
+              type: raw
+            slo_goodput_tok_s:
+              description: Highest goodput_tok_s of a level that met the SLO (0 when none did; null without an SLO).
+              type: float
+            slo_search:
+              description: The SLO search (with C(slo.search)) - slo_max_rate, bracket [met, missed], steps (rates tried),
+                stopped (why it ended).
+              type: dict
             single_request_ttft_ms_p50:
               description: TTFT p50 at concurrency 1 (also p99, and peak_ttft_ms_p50/p99 at the peak level).
               type: float
@@ -193,9 +283,37 @@ ansible_facts:
           elements: dict
           returned: always
           contains:
+            mode:
+              description: C(concurrency) (closed loop) or C(rate) (open loop).
+              type: str
             concurrency:
-              description: Target concurrency (number of workers).
+              description: Target concurrency (number of workers); for a rate level its max_concurrency (or null).
               type: int
+            request_rate:
+              description: Requests/s of a rate level (C(inf) as a string); null for a concurrency level.
+              type: raw
+            schedule:
+              description: Rate levels - the seed, the offsets (s) of the arrival schedule, send_lag_ms (and send_lag_ms_each, per request) and client_lag_ms
+                (mean/p50/p90/p99, and max), achieved_request_rate and scheduled_request_rate.
+              type: dict
+            goodput_req_s:
+              description: Requests meeting every SLO threshold / duration_s (null without an SLO).
+              type: float
+            goodput_tok_s:
+              description: Output tokens of the requests meeting every SLO threshold / duration_s (null without an SLO).
+              type: float
+            slo_met:
+              description: Whether the level's percentiles meet every SLO threshold and its error rate is at most
+                max_error_rate (null without an SLO); C(slo) holds the observed figures.
+              type: bool
+            telemetry:
+              description: Server C(/metrics) (num_running_reqs, num_queue_reqs, token_usage, cache_hit_rate,
+                gen_throughput, each mean and max; available, samples, error) and per GPU memory_used_mib,
+                utilization_pct, power_w (mean and max), or C(absent); null when telemetry is off.
+              type: dict
+            phase:
+              description: C(slo_search) for the levels the SLO search added (with search_step).
+              type: str
             completed:
               description: Requests that returned HTTP 200, streamed to the end without an error event and
                 produced at least one token.
@@ -297,6 +415,15 @@ def main():
             progress_file=dict(type="path"),
             rid_prefix=dict(type="str"),
             keep_requests=dict(type="bool", default=False),
+            request_rates=dict(type="list", elements="raw", default=[]),
+            burstiness=dict(type="float", default=1.0),
+            max_concurrency=dict(type="int"),
+            duration_s=dict(type="float"),
+            dataset=dict(type="dict"),
+            slo=dict(type="dict"),
+            context_length=dict(type="int"),
+            telemetry=dict(type="bool", default=True),
+            telemetry_interval=dict(type="float", default=1.0),
         ),
         supports_check_mode=True,
     )
@@ -320,6 +447,15 @@ def main():
             rid_prefix=p["rid_prefix"],
             prompts_per_stream=p["prompts_per_stream"],
             min_prompts=p["min_prompts"],
+            request_rates=p["request_rates"],
+            burstiness=p["burstiness"],
+            max_concurrency=p["max_concurrency"],
+            duration_s=p["duration_s"],
+            dataset=p["dataset"],
+            slo=p["slo"],
+            context_length=p["context_length"],
+            telemetry=p["telemetry"],
+            telemetry_interval=p["telemetry_interval"],
         )
     except BenchError as exc:
         module.fail_json(msg=str(exc), failure_class="bench_config")
@@ -334,7 +470,7 @@ def main():
                 "sglang_bench": {
                     "summary": {},
                     "levels": [],
-                    "config": cfg,
+                    "config": {k: v for k, v in cfg.items() if not k.startswith("_")},
                     "server": {},
                     "formulas": FORMULAS,
                 }

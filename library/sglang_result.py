@@ -85,6 +85,10 @@ options:
   extra:
     description: Anything else to keep with the record.
     type: dict
+  gpu_hour_cost:
+    description: $ per GPU-hour (C(sglang_gpu_hour_cost)); gives the record's C(cost_per_mtok) - $ per 1M output
+      tokens at the peak and at the SLO, C(gpu_hour_cost x gpus_used / 3600 / tok_s x 1e6).
+    type: float
 attributes:
   check_mode:
     support: full
@@ -186,6 +190,7 @@ def main():
             versions=dict(type="dict"),
             gpu=dict(type="dict"),
             extra=dict(type="dict"),
+            gpu_hour_cost=dict(type="float"),
         ),
         required_if=[("state", "present", ["host", "layout"]), ("state", "query", ["host", "layout"])],
         supports_check_mode=True,
@@ -229,6 +234,7 @@ def main():
             versions=p["versions"],
             gpu=p["gpu"],
             extra=p["extra"],
+            gpu_hour_cost=p["gpu_hour_cost"],
         )
         short = {k: v for k, v in record.items() if k not in ("levels", "formulas", "health", "evidence")}
         if module.check_mode:

@@ -224,6 +224,41 @@ class Conn(asyncio.BufferedProtocol):
             asyncio.get_running_loop().call_soon(self._next)
 
 
+class PrefixCache:
+    """Which prompt prefixes the simulated radix cache holds, at block granularity (counts only).
+
+    A prompt's cached tokens = the longest run of leading BLOCK-token blocks seen before (since the last
+    /flush_cache); the gauge sglang:cache_hit_rate is cached / prompt tokens over the last WINDOW prompts.
+    The simulated prefill does not get cheaper with hits: this serves the metric, not the speed."""
+
+    BLOCK = 16
+    WINDOW = 64
+
+    def __init__(self):
+        self.blocks: set[int] = set()
+        self.recent: deque = deque(maxlen=self.WINDOW)
+
+    def lookup_insert(self, tokens) -> int:
+        h, cached, hit = 0, 0, True
+        for i in range(0, len(tokens) - len(tokens) % self.BLOCK, self.BLOCK):
+            h = hash((h, tuple(tokens[i : i + self.BLOCK])))
+            if hit and h in self.blocks:
+                cached += self.BLOCK
+            else:
+                hit = False
+                self.blocks.add(h)
+        self.recent.append((cached, len(tokens)))
+        return cached
+
+    def hit_rate(self) -> float:
+        total = sum(n for _, n in self.recent)
+        return sum(c for c, _ in self.recent) / total if total else 0.0
+
+    def flush(self) -> None:
+        self.blocks.clear()
+        self.recent.clear()
+
+
 # ----------------------------------------------------------------------------------------
 class Sim:
     def __init__(self, args, log: Log):
@@ -237,6 +272,7 @@ class Sim:
         self.tokens_out = 0
         self.prompt_tokens_total = 0
         self.requests_total = 0
+        self.prefix_cache = PrefixCache()
         self.last_output = 0.0
         self.lateness: deque[float] = deque(maxlen=1_000_000)  # per streamed chunk
         self.wake_lateness: deque[float] = deque(maxlen=100_000)  # per iteration, before the writes
@@ -955,6 +991,7 @@ class Sim:
         )
 
     def h_flush_cache(self, conn: Conn, _data) -> None:
+        self.prefix_cache.flush()
         conn.respond(
             200,
             b"Cache flushed.\nPlease check backend logs for more details. (When there are running "
@@ -999,6 +1036,12 @@ class Sim:
         )
         metric("num_used_tokens", "gauge", "The number of used tokens.", [s.kv_in_use() for s in ss])
         metric("token_usage", "gauge", "The token usage.", [s.kv_in_use() / s.kv_tokens for s in ss])
+        metric(
+            "cache_hit_rate",
+            "gauge",
+            "The prefix cache hit rate.",
+            [self.prefix_cache.hit_rate() for _ in ss],
+        )
         metric(
             "gen_throughput",
             "gauge",
@@ -1131,9 +1174,11 @@ class Sim:
         if ids is not None:
             n = len(ids)
             seed = zlib.crc32(repr(ids).encode())
+            self.prefix_cache.lookup_insert(ids)
         else:
             n = count_text_tokens(str(text))
             seed = zlib.crc32(str(text).encode())
+            self.prefix_cache.lookup_insert(str(text).split())
         self._enqueue(
             conn,
             "generate",
@@ -1153,6 +1198,7 @@ class Sim:
         prompt = data.get("prompt", "")
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
             n, seed = len(prompt), zlib.crc32(repr(prompt).encode())
+            self.prefix_cache.lookup_insert(prompt)
         elif isinstance(prompt, list):
             if len(prompt) != 1:
                 conn.json(400, {"error": {"message": "sglang_sim: batched prompts are not simulated"}})

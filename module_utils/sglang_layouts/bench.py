@@ -16,11 +16,17 @@ record carry the same text.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
+import os
 import random
+import re
+import shutil
 import socket
 import ssl
+import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +40,42 @@ NUM_PROMPTS_MAX = 1024
 KNEE_FRACTION = 0.9
 ACHIEVED_CONCURRENCY_WARN = 0.9
 STAT_KEYS = ("mean", "p50", "p90", "p99")
+DATASETS = ("random", "random-range", "sharegpt", "shared-prefix")
+# Options each dataset takes (besides name); anything else is refused.
+DATASET_OPTIONS = {
+    "random": ("input_len", "output_len"),
+    "random-range": ("input_len", "output_len", "range_ratio"),
+    "sharegpt": ("path", "output_len", "max_conversations"),
+    "shared-prefix": ("input_len", "output_len", "num_groups", "prefix_len"),
+}
+SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
+_SLO_KEY = re.compile(r"^(ttft|itl|tpot|e2e)_(?:p([0-9]{1,2}(?:\.[0-9]+)?)_)?ms$")
+SLO_OPTIONS = (
+    "percentile",
+    "max_error_rate",
+    "search",
+    "search_min_rate",
+    "search_max_rate",
+    "search_steps",
+    "search_tolerance",
+)
+SLO_SEARCH_STEPS = 6
+RATE_LEVEL_S = 30.0  # a rate level without num_prompts / duration_s sends about this many seconds of arrivals
+RATE_LEVEL_MAX_REQUESTS = 100000
+RATE_POOL_PREOPEN = 64  # connections opened before a rate level starts (more are opened on demand)
+LATE_SEND_WARN_MS = 5.0
+ACHIEVED_RATE_WARN = 0.95
+TELEMETRY_INTERVAL_S = 1.0
+# /metrics names (Prometheus text) -> the telemetry key, and how the per-rank series of one sample combine.
+SERVER_METRICS = {
+    "num_running_reqs": (("sglang:num_running_reqs", "vllm:num_requests_running"), "sum"),
+    "num_queue_reqs": (("sglang:num_queue_reqs", "vllm:num_requests_waiting"), "sum"),
+    "token_usage": (("sglang:token_usage", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"), "max"),
+    "cache_hit_rate": (("sglang:cache_hit_rate",), "mean"),
+    "gen_throughput": (("sglang:gen_throughput",), "sum"),
+}
+GPU_QUERY = ("index", "memory.used", "utilization.gpu", "power.draw")
+GPU_FIELDS = ("memory_used_mib", "utilization_pct", "power_w")
 
 FORMULAS = {
     "clock": "time.perf_counter() on the client (monotonic, CLOCK_MONOTONIC on Linux); each stream keeps one HTTP/1.1 "
@@ -65,6 +107,37 @@ FORMULAS = {
     "knee_concurrency": "smallest concurrency whose output_tok_s >= knee_fraction x peak_output_tok_s "
     "(knee_fraction 0.9): past it, more streams buy less than 10 % more throughput",
     "tok_s_per_user": "mean decode_tok_s of the level (what one stream sees)",
+    "request_rate": "open-loop level: requests are sent at scheduled times t0 + offset_i whatever the server does; "
+    "offset_0 = 0, offset_i = offset_(i-1) + gap, gap ~ Gamma(shape=burstiness, scale=1/(request_rate x burstiness)) "
+    "(mean 1/request_rate; burstiness 1 = Poisson arrivals, < 1 burstier, > 1 more regular), drawn from "
+    "random.Random(schedule.seed); inf = every request at offset 0; with max_concurrency a scheduled request "
+    "waits for a free slot (the wait counts in send_lag_ms, not in TTFT)",
+    "send_lag_ms": "t_start - (t0 + offset_i) per request: how late it was sent against its schedule "
+    "(includes the wait for a max_concurrency slot); client_lag_ms = t_dispatch - (t0 + offset_i), the "
+    "generator's own lateness before any slot wait: a client that cannot keep up shows here and is warned",
+    "achieved_request_rate": "(sent - 1) / (t_start of the last request - t_start of the first); "
+    "scheduled_request_rate = (sent - 1) / (offset_last - offset_first), the rate the drawn schedule asked for",
+    "slo": "a request meets the SLO when its ttft_ms, tpot_ms and e2e_ms are <= their thresholds and the pXX of its "
+    "own chunk gaps (itl) is <= the itl threshold (a threshold not set is not checked; undefined figures pass); "
+    "failed requests never meet it",
+    "goodput_req_s": "requests meeting the SLO / duration_s (null without an SLO)",
+    "goodput_tok_s": "sum(completion_tokens of requests meeting the SLO) / duration_s (null without an SLO)",
+    "slo_met": "every SLO key's percentile over the level (ttft/tpot/e2e over completed requests, itl over all "
+    "chunk gaps pooled) <= its threshold, at least one request completed, and failed / sent <= max_error_rate",
+    "slo_max_rate": "highest request rate whose level met the SLO: from the rate ladder, then refined by the SLO "
+    "search (bisection between the highest met and the lowest missed rate; doubling from search_min_rate or the "
+    "highest met rate while nothing is missed, capped at search_max_rate; at most search_steps levels); null "
+    "when no rate met it",
+    "telemetry": "sampled every telemetry_interval seconds during the measured requests of a level: the "
+    "server's /metrics (Prometheus text; per sample the ranks' series combine: running and queued requests and "
+    "gen_throughput summed, token_usage max, cache_hit_rate mean) and per GPU memory.used (MiB), "
+    "utilization.gpu (%) and power.draw (W) from an `nvidia-smi --query-gpu ... -lms` loop; each summarised as "
+    'mean and max over samples; a metric the server does not export is null, no GPU tool = "absent" (never 0)',
+    "dataset": "random: input_len / output_len fixed; random-range: lengths uniform in "
+    "[max(1, int(len x range_ratio)), len] (bench_serving's --random-range-ratio); sharegpt: first human turn "
+    "as the prompt text, the reply's whitespace-separated word count (or output_len) as the output length; "
+    "shared-prefix: num_groups system prompts of prefix_len token ids, request i uses group i mod num_groups "
+    "followed by input_len random ids; prompt token counts are the server's (meta_info / usage)",
 }
 
 
@@ -127,16 +200,30 @@ def make_config(
     rid_prefix=None,
     prompts_per_stream=4,
     min_prompts=NUM_PROMPTS_MIN,
+    request_rates=None,
+    burstiness=1.0,
+    max_concurrency=None,
+    duration_s=None,
+    dataset=None,
+    slo=None,
+    context_length=None,
+    telemetry=True,
+    telemetry_interval=TELEMETRY_INTERVAL_S,
 ):
-    """Validate the arguments and return the normalised configuration mapping."""
+    """Validate the arguments and return the normalised configuration mapping.
+
+    Everything that can be wrong with the input is refused here, before any request is sent."""
     if api not in APIS:
         raise BenchError(f"api must be one of {', '.join(APIS)}, not {api!r}")
     parts = urlsplit(url or "")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise BenchError(f"url must be http(s)://host:port, not {url!r}")
-    levels = list(DEFAULT_CONCURRENCY if concurrency is None else concurrency)
-    if not levels or any((not isinstance(c, int)) or isinstance(c, bool) or c < 1 for c in levels):
-        raise BenchError(f"concurrency must be a non-empty list of integers >= 1, not {concurrency!r}")
+    rates = [parse_rate(r) for r in (request_rates or [])]
+    levels = ([] if rates else list(DEFAULT_CONCURRENCY)) if concurrency is None else list(concurrency)
+    if any((not isinstance(c, int)) or isinstance(c, bool) or c < 1 for c in levels) or not (levels or rates):
+        raise BenchError(
+            f"concurrency must be a list of integers >= 1 (empty only beside request_rates), not {concurrency!r}"
+        )
     if num_prompts is not None and (not isinstance(num_prompts, int) or num_prompts < 1):
         raise BenchError(f"num_prompts must be an integer >= 1, not {num_prompts!r}")
     for name, value in (("input_len", input_len), ("output_len", output_len)):
@@ -151,7 +238,26 @@ def make_config(
         raise BenchError(f"request_timeout must be > 0 seconds, not {request_timeout!r}")
     if not 0 < knee_fraction <= 1:
         raise BenchError(f"knee_fraction must be in (0, 1], not {knee_fraction!r}")
-    return {
+    if not _is_number(burstiness) or not 0 < burstiness < math.inf:
+        raise BenchError(f"burstiness must be a number > 0 (1 = Poisson), not {burstiness!r}")
+    if max_concurrency is not None and (
+        not isinstance(max_concurrency, int) or isinstance(max_concurrency, bool) or max_concurrency < 1
+    ):
+        raise BenchError(f"max_concurrency must be an integer >= 1 (or null), not {max_concurrency!r}")
+    if duration_s is not None and (not _is_number(duration_s) or not 0 < duration_s < math.inf):
+        raise BenchError(f"duration_s must be a number of seconds > 0 (or null), not {duration_s!r}")
+    if context_length is not None and (not isinstance(context_length, int) or context_length < 2):
+        raise BenchError(f"context_length must be an integer >= 2 (or null), not {context_length!r}")
+    if not _is_number(telemetry_interval) or not 0.05 <= telemetry_interval <= 3600:
+        raise BenchError(f"telemetry_interval must be in [0.05, 3600] seconds, not {telemetry_interval!r}")
+    ds, pairs = make_dataset(dataset, input_len, output_len, context_length)
+    slo_cfg = make_slo(slo)
+    rate_specs = []
+    for r in rates:
+        if math.isinf(r) and num_prompts is None and duration_s is not None:
+            raise BenchError("request rate inf sends every request at once: give num_prompts, not duration_s")
+        rate_specs.append(rate_level_spec(r, num_prompts, duration_s, max_concurrency, min_prompts))
+    cfg = {
         "url": url.rstrip("/"),
         "api": api,
         "path": API_PATHS[api],
@@ -164,8 +270,8 @@ def make_config(
         ],
         "prompts_per_stream": prompts_per_stream,
         "min_prompts": min_prompts,
-        "input_len": input_len,
-        "output_len": output_len,
+        "input_len": ds.get("input_len", input_len),
+        "output_len": ds.get("output_len", output_len),
         "warmup": warmup,
         "seed": seed,
         "flush_cache": bool(flush_cache),
@@ -178,7 +284,207 @@ def make_config(
         "ignore_eos": True,
         "stream": True,
         "temperature": 0.0,
+        "request_rates": [rate_json(r) for r in rates],
+        "burstiness": float(burstiness),
+        "max_concurrency": max_concurrency,
+        "duration_s": None if duration_s is None else float(duration_s),
+        "rate_levels": rate_specs,
+        "rate_num_prompts": num_prompts,
+        "dataset": ds,
+        "slo": slo_cfg,
+        "context_length": context_length,
+        "telemetry": bool(telemetry),
+        "telemetry_interval": float(telemetry_interval),
     }
+    cfg["_pairs"] = pairs
+    return cfg
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
+
+
+def parse_rate(value):
+    """A request rate (req/s) from a number or a string; 'inf' = every request at once. Refuses <= 0."""
+    r = value
+    if isinstance(value, str):
+        text = value.strip().lower()
+        try:
+            r = math.inf if text in ("inf", "infinity", "+inf") else float(text)
+        except ValueError:
+            r = None
+    if not _is_number(r) or r <= 0:
+        raise BenchError(
+            f"request_rates: every rate must be a number of requests/s > 0 or 'inf', not {value!r}"
+        )
+    return float(r)
+
+
+def rate_json(rate):
+    """A rate as JSON can hold it: 'inf' for an infinite rate (JSON has no Infinity)."""
+    if rate is None:
+        return None
+    return "inf" if math.isinf(rate) else rate
+
+
+def rate_label(rate):
+    return "inf" if math.isinf(rate) else f"{rate:g}"
+
+
+def rate_level_spec(rate, num_prompts, duration_s, max_concurrency, min_prompts=NUM_PROMPTS_MIN):
+    """One open-loop level: a fixed request count, or arrivals over duration_s, or the default count."""
+    if num_prompts is not None:
+        n = num_prompts
+    elif duration_s is not None:
+        n = None  # the schedule decides: every arrival before duration_s
+    elif math.isinf(rate):
+        n = default_num_prompts(max_concurrency or 16, 4, min_prompts)
+    else:
+        n = max(min_prompts, min(math.ceil(rate * RATE_LEVEL_S), NUM_PROMPTS_MAX))
+    return {
+        "request_rate": rate_json(rate),
+        "num_prompts": n,
+        "duration_s": None if num_prompts is not None else duration_s,
+        "max_concurrency": max_concurrency,
+    }
+
+
+def _opt_int(ds, key, default, minimum=1):
+    v = ds.get(key, default)
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        raise BenchError(f"dataset {ds.get('name')!r}: {key} must be an integer >= {minimum}, not {v!r}")
+    return v
+
+
+def make_dataset(spec, input_len, output_len, context_length=None):
+    """Normalise the dataset mapping; returns (public description, [(prompt text, reply words)] or None)."""
+    spec = dict(spec or {"name": "random"})
+    name = spec.get("name", "random")
+    if name not in DATASETS:
+        raise BenchError(f"dataset name must be one of {', '.join(DATASETS)}, not {name!r}")
+    unknown = sorted(set(spec) - {"name", *DATASET_OPTIONS[name]})
+    if unknown:
+        raise BenchError(
+            f"dataset {name!r} has no option {', '.join(unknown)}; it takes {', '.join(DATASET_OPTIONS[name])}"
+        )
+    ds = {"name": name}
+    pairs = None
+    if name in ("random", "random-range", "shared-prefix"):
+        ds["input_len"] = _opt_int(spec, "input_len", input_len)
+        ds["output_len"] = _opt_int(spec, "output_len", output_len)
+    if name == "random-range":
+        ratio = spec.get("range_ratio", 0.0)
+        if not _is_number(ratio) or not 0 <= ratio <= 1:
+            raise BenchError(f"dataset 'random-range': range_ratio must be in [0, 1], not {ratio!r}")
+        ds["range_ratio"] = float(ratio)
+    if name == "shared-prefix":
+        ds["num_groups"] = _opt_int(spec, "num_groups", 4)
+        ds["prefix_len"] = _opt_int(spec, "prefix_len", 512)
+    if name == "sharegpt":
+        if spec.get("output_len") is not None:
+            ds["output_len"] = _opt_int(spec, "output_len", None)
+        if spec.get("max_conversations") is not None:
+            ds["max_conversations"] = _opt_int(spec, "max_conversations", None)
+        ds["path"] = spec.get("path")
+        pairs, ds["digest"] = load_sharegpt(ds["path"], ds.get("max_conversations"))
+        ds["conversations"] = len(pairs)
+    if context_length is not None and name != "sharegpt":
+        need = ds.get("prefix_len", 0) + ds["input_len"] + ds["output_len"]
+        if need > context_length:
+            what = "shared prefix + question + output" if name == "shared-prefix" else "input + output"
+            raise BenchError(
+                f"dataset {name!r}: {what} = {need} tokens is longer than the context ({context_length} tokens)"
+            )
+    return ds, pairs
+
+
+def load_sharegpt(path, max_conversations=None):
+    """[(first human turn, word count of the reply)] from a ShareGPT-format JSON file, and its sha256."""
+    if not path or not isinstance(path, str):
+        raise BenchError("dataset 'sharegpt' needs path: a ShareGPT-format JSON file")
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise BenchError(f"dataset 'sharegpt': cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BenchError(f"dataset 'sharegpt': {path} is not valid JSON: {exc}") from exc
+    if not isinstance(doc, list):
+        raise BenchError(f"dataset 'sharegpt': {path} must hold a JSON list of conversations")
+    pairs = []
+    for item in doc:
+        turns = item.get("conversations", item.get("conversation")) if isinstance(item, dict) else None
+        if not isinstance(turns, list) or len(turns) < 2:
+            continue
+        first, second = turns[0], turns[1]
+        if not (isinstance(first, dict) and isinstance(second, dict)):
+            continue
+        prompt, reply = first.get("value"), second.get("value")
+        if not (isinstance(prompt, str) and prompt.strip() and isinstance(reply, str) and reply.strip()):
+            continue
+        pairs.append((prompt, max(1, len(reply.split()))))
+        if max_conversations and len(pairs) >= max_conversations:
+            break
+    if not pairs:
+        raise BenchError(
+            f"dataset 'sharegpt': {path} holds no usable conversation (need items with 'conversations': "
+            "[{from, value}, {from, value}, ...], a non-empty prompt and reply)"
+        )
+    return pairs, "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def make_slo(spec):
+    """Normalise the SLO mapping: {"thresholds": {key: ms}, "checks": [[metric, q, ms, key]], ...} or None."""
+    if not spec:
+        return None
+    if not isinstance(spec, dict):
+        raise BenchError(f"slo must be a mapping such as {{ttft_p99_ms: 2000, itl_p99_ms: 50}}, not {spec!r}")
+    default_q = spec.get("percentile", 99)
+    if not _is_number(default_q) or not 0 < default_q <= 100:
+        raise BenchError(f"slo percentile must be in (0, 100], not {default_q!r}")
+    checks, thresholds = [], {}
+    for key, value in spec.items():
+        if key in SLO_OPTIONS:
+            continue
+        m = _SLO_KEY.match(str(key))
+        if not m:
+            raise BenchError(
+                f"slo key {key!r} does not exist: use ttft_pNN_ms, itl_pNN_ms, tpot_pNN_ms or e2e_pNN_ms "
+                f"(NN a percentile, e.g. ttft_p99_ms), <metric>_ms with percentile, or {', '.join(SLO_OPTIONS)}"
+            )
+        q = float(m.group(2)) if m.group(2) else float(default_q)
+        if not 0 < q <= 100:
+            raise BenchError(f"slo key {key!r}: the percentile must be in (0, 100]")
+        if not _is_number(value) or value <= 0:
+            raise BenchError(f"slo {key} must be a number of milliseconds > 0, not {value!r}")
+        checks.append([m.group(1), q, float(value), key])
+        thresholds[key] = float(value)
+    if not checks:
+        raise BenchError(
+            "slo has no threshold: give at least one of ttft_p99_ms, itl_p99_ms, tpot_p99_ms, e2e_p99_ms"
+        )
+    max_err = spec.get("max_error_rate", 0.0)
+    if not _is_number(max_err) or not 0 <= max_err < 1:
+        raise BenchError(f"slo max_error_rate must be in [0, 1), not {max_err!r}")
+    out = {"thresholds": thresholds, "checks": checks, "max_error_rate": float(max_err), "search": None}
+    if spec.get("search"):
+        steps = spec.get("search_steps", SLO_SEARCH_STEPS)
+        if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= 30:
+            raise BenchError(f"slo search_steps must be an integer in [1, 30], not {steps!r}")
+        lo = parse_rate(spec.get("search_min_rate", 1.0))
+        hi = spec.get("search_max_rate")
+        hi = None if hi is None else parse_rate(hi)
+        tol = spec.get("search_tolerance", 0.05)
+        if math.isinf(lo) or (hi is not None and (math.isinf(hi) or hi < lo)):
+            raise BenchError("slo search_min_rate / search_max_rate must be finite, min <= max")
+        if not _is_number(tol) or not 0 < tol < 1:
+            raise BenchError(f"slo search_tolerance must be in (0, 1), not {tol!r}")
+        out["search"] = {"steps": steps, "min_rate": lo, "max_rate": hi, "tolerance": float(tol)}
+    elif "search" not in spec and any(k.startswith("search_") for k in spec):
+        raise BenchError("slo search_* options need search: true")
+    return out
 
 
 # ---------------------------------------------------------------- plain HTTP (set-up calls)
@@ -619,12 +925,46 @@ _WORDS = tuple(
 )
 
 
+def make_workload(cfg, rng, n):
+    """n (prompt, output_len) pairs of the configured dataset; prompt = token ids or text (sharegpt)."""
+    ds = cfg.get("dataset") or {"name": "random"}
+    name = ds["name"]
+    vocab = cfg["vocab_size"]
+    out = []
+    if name == "sharegpt":
+        pairs = cfg.get("_pairs") or []
+        order = list(range(len(pairs)))
+        rng.shuffle(order)
+        for i in range(n):
+            prompt, words = pairs[order[i % len(order)]]
+            out.append((prompt, ds.get("output_len") or words))
+        return out
+    in_len, out_len = ds.get("input_len", cfg["input_len"]), ds.get("output_len", cfg["output_len"])
+    if name == "shared-prefix":
+        # the same system prompts at every level (flush_cache runs between levels), one per group
+        prefixes = [
+            make_prompt(random.Random(f"{cfg['seed']}:prefix:{g}"), ds["prefix_len"], vocab)
+            for g in range(ds["num_groups"])
+        ]
+        return [(prefixes[i % len(prefixes)] + make_prompt(rng, in_len, vocab), out_len) for i in range(n)]
+    for _ in range(n):
+        if name == "random-range":
+            ratio = ds["range_ratio"]
+            a = rng.randint(max(int(in_len * ratio), 1), in_len)
+            b = rng.randint(max(int(out_len * ratio), 1), out_len)
+        else:
+            a, b = in_len, out_len
+        out.append((make_prompt(rng, a, vocab), b))
+    return out
+
+
 def request_body(cfg, rid, prompt_ids, output_len, rng):
-    """The JSON body for one request of the configured api (bytes)."""
+    """The JSON body for one request of the configured api (bytes); prompt_ids: token ids or text."""
     api = cfg["api"]
+    text_prompt = isinstance(prompt_ids, str)
     if api == "generate":
         body = {
-            "input_ids": prompt_ids,
+            ("text" if text_prompt else "input_ids"): prompt_ids,
             "sampling_params": {
                 "temperature": cfg["temperature"],
                 "max_new_tokens": output_len,
@@ -647,7 +987,8 @@ def request_body(cfg, rid, prompt_ids, output_len, rng):
     else:
         # Chat takes text: random common words, about one token each; the server's
         # prompt_tokens (usage) says what it really was.
-        text = " ".join(rng.choice(_WORDS) for _ in range(len(prompt_ids)))
+        # (word i follows token id i, so a shared prefix of ids stays a shared prefix of text)
+        text = prompt_ids if text_prompt else " ".join(_WORDS[t % len(_WORDS)] for t in prompt_ids)
         body = {
             "model": cfg["model"],
             "messages": [{"role": "user", "content": text}],
@@ -747,6 +1088,200 @@ def analyse(api, raw):
     return res
 
 
+# ---------------------------------------------------------------- telemetry
+
+
+def parse_prometheus(text):
+    """Prometheus text exposition -> {metric name: [(labels dict, float value)]} (comments skipped)."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        labels = {}
+        if "{" in line:
+            name, rest = line.split("{", 1)
+            i, body = 0, rest
+            # labels: k="v" pairs, values may hold escaped quotes, commas and braces
+            while i < len(body) and body[i] != "}":
+                eq = body.index("=", i)
+                key = body[i:eq].strip().lstrip(",").strip()
+                j = eq + 2  # past ="
+                val = []
+                while body[j] != '"':
+                    if body[j] == "\\" and j + 1 < len(body):
+                        val.append({"n": "\n"}.get(body[j + 1], body[j + 1]))
+                        j += 2
+                        continue
+                    val.append(body[j])
+                    j += 1
+                labels[key] = "".join(val)
+                i = j + 1
+                while i < len(body) and body[i] in ", ":
+                    i += 1
+            value_part = body[i + 1 :].split()
+        else:
+            name, *value_part = line.split()
+        if not value_part:
+            continue
+        try:
+            value = float(value_part[0])
+        except ValueError:
+            continue
+        out.setdefault(name.strip(), []).append((labels, value))
+    return out
+
+
+def server_sample(parsed):
+    """One /metrics sample -> {telemetry key: value or None}, the ranks' series combined (SERVER_METRICS)."""
+    sample = {}
+    for key, (names, how) in SERVER_METRICS.items():
+        values = None
+        for name in names:
+            if name in parsed:
+                values = [v for _, v in parsed[name] if not math.isnan(v)]
+                break
+        if not values:
+            sample[key] = None
+        elif how == "sum":
+            sample[key] = float(sum(values))
+        elif how == "max":
+            sample[key] = float(max(values))
+        else:
+            sample[key] = float(sum(values) / len(values))
+    return sample
+
+
+def parse_gpu_line(line):
+    """One `nvidia-smi --query-gpu=index,memory.used,utilization.gpu,power.draw` csv line -> dict or None."""
+    cells = [c.strip() for c in line.split(",")]
+    if len(cells) != len(GPU_QUERY) or not cells[0].isdigit():
+        return None
+
+    def num(c):
+        try:
+            return float(c)
+        except ValueError:
+            return None  # [N/A], [Not Supported]: not measured, not zero
+
+    return {"index": int(cells[0]), **{k: num(c) for k, c in zip(GPU_FIELDS, cells[1:])}}  # noqa: B905
+
+
+def _mean_max(values):
+    vs = [v for v in values if v is not None]
+    if not vs:
+        return {"mean": None, "max": None}
+    return {"mean": float(sum(vs) / len(vs)), "max": float(max(vs))}
+
+
+class Telemetry:
+    """Samples the server's /metrics and the GPUs in background threads while a level runs.
+
+    The GPU part is an `nvidia-smi --query-gpu=... --format=csv,noheader,nounits -lms N` loop (one process per
+    level); where nvidia-smi is missing the GPUs are recorded as "absent". The binary can be named with
+    SGLANG_BENCH_NVIDIA_SMI (tests, hosts with it off PATH)."""
+
+    def __init__(self, url, api_key=None, interval=TELEMETRY_INTERVAL_S):
+        self.url = url.rstrip("/") + "/metrics"
+        self.api_key = api_key
+        self.interval = interval
+        self.samples = []
+        self.gpu_rows = []
+        self.server_error = None
+        self._stop = threading.Event()
+        self._threads = []
+        self._proc = None
+        self.gpu_tool = os.environ.get("SGLANG_BENCH_NVIDIA_SMI") or shutil.which("nvidia-smi")
+
+    def _poll_server(self):
+        while True:
+            try:
+                status, body = http_json(self.url, api_key=self.api_key, timeout=max(self.interval, 2.0))
+                if status == 200 and isinstance(body, str):
+                    self.samples.append(server_sample(parse_prometheus(body)))
+                    self.server_error = None
+                else:
+                    self.server_error = (
+                        f"GET /metrics answered HTTP {status} (start SGLang with --enable-metrics)"
+                    )
+                    if status == 404:
+                        return
+            except (OSError, urllib.error.URLError, ValueError) as exc:
+                self.server_error = f"GET /metrics failed: {exc}"
+            if self._stop.wait(self.interval):
+                return
+
+    def _read_gpu(self):
+        for line in self._proc.stdout:
+            row = parse_gpu_line(line)
+            if row is not None:
+                self.gpu_rows.append(row)
+
+    def start(self):
+        t = threading.Thread(target=self._poll_server, name="bench-metrics", daemon=True)
+        t.start()
+        self._threads.append(t)
+        if self.gpu_tool:
+            try:
+                self._proc = subprocess.Popen(
+                    [
+                        self.gpu_tool,
+                        "--query-gpu=" + ",".join(GPU_QUERY),
+                        "--format=csv,noheader,nounits",
+                        f"-lms={max(int(self.interval * 1000), 50)}",
+                    ],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                )
+            except OSError:
+                self._proc = None
+            else:
+                g = threading.Thread(target=self._read_gpu, name="bench-gpu", daemon=True)
+                g.start()
+                self._threads.append(g)
+        return self
+
+    def stop(self):
+        self._stop.set()
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        for t in self._threads:
+            t.join(timeout=5)
+        return self.summary()
+
+    def summary(self):
+        server = {
+            "source": self.url,
+            "available": bool(self.samples),
+            "samples": len(self.samples),
+            "error": None if self.samples else self.server_error,
+            "metrics": {k: _mean_max([s.get(k) for s in self.samples]) for k in SERVER_METRICS},
+        }
+        if not self.gpu_tool or self._proc is None:
+            gpu = "absent"
+        else:
+            by_gpu = {}
+            for row in self.gpu_rows:
+                by_gpu.setdefault(row["index"], []).append(row)
+            gpu = {
+                "source": "nvidia-smi",
+                "samples": len(self.gpu_rows),
+                "gpus": [
+                    {"index": i, **{f: _mean_max([r[f] for r in rows]) for f in GPU_FIELDS}}
+                    for i, rows in sorted(by_gpu.items())
+                ]
+                or "absent",
+            }
+            if gpu["gpus"] == "absent":
+                gpu = "absent"
+        return {"interval_s": self.interval, "server": server, "gpu": gpu}
+
+
 # ---------------------------------------------------------------- one level
 
 
@@ -766,7 +1301,121 @@ async def _run_requests(clients, cfg, bodies):
     return outcomes
 
 
-def summarize_level(cfg, concurrency, results, duration, n_sent):
+async def _run_open_loop(endpoint, clients, cfg, bodies, offsets, cap):
+    """Send body i at t0 + offsets[i] whatever the server does (open loop); at most `cap` in flight when set.
+
+    Idle keep-alive connections are reused; a request that finds none opens a new one (its TCP connect then
+    counts in its TTFT, as in bench_serving). Returns raw outcomes with t_sched and t_dispatch."""
+    loop = asyncio.get_running_loop()
+    sem = asyncio.Semaphore(cap) if cap else None
+    idle = list(clients)
+    outcomes = [None] * len(bodies)
+
+    async def one(i, body, t_sched, t_dispatch):
+        if sem is not None:
+            await sem.acquire()
+        try:
+            if idle:
+                client = idle.pop()
+            else:
+                client = Client(endpoint)
+                clients.append(client)  # closed with the others when the level ends
+            out = await client.request(cfg["path"], body, cfg["request_timeout"])
+            idle.append(client)
+        finally:
+            if sem is not None:
+                sem.release()
+        out.update(t_sched=t_sched, t_dispatch=t_dispatch, worker=None)
+        outcomes[i] = out
+
+    tasks = []
+    t0 = time.perf_counter()
+    for i, body in enumerate(bodies):
+        due = t0 + offsets[i]
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(loop.create_task(one(i, body, due, time.perf_counter())))
+    await asyncio.gather(*tasks)
+    return outcomes
+
+
+def arrival_offsets(rate, burstiness, seed, num_prompts=None, duration_s=None):
+    """Seconds after the level's t0 at which each request is due (see FORMULAS["request_rate"])."""
+    if math.isinf(rate):
+        return [0.0] * num_prompts
+    rng = random.Random(seed)
+    scale = 1.0 / (rate * burstiness)
+    offsets, t = [], 0.0
+    while True:
+        if num_prompts is not None and len(offsets) >= num_prompts:
+            break
+        if duration_s is not None and (t >= duration_s or len(offsets) >= RATE_LEVEL_MAX_REQUESTS):
+            break
+        offsets.append(t)
+        t += rng.gammavariate(burstiness, scale)
+    return offsets or [0.0]
+
+
+def _request_itl_q(r, q):
+    return percentile([1000.0 * g for g in r["itl"]], q) if r["itl"] else None
+
+
+def evaluate_slo(slo, ok, n_sent, duration, itl_pooled_ms):
+    """goodput and slo_met of one level (FORMULAS["slo"], ["goodput_*"], ["slo_met"]); Nones without an SLO."""
+    if not slo:
+        return {"goodput_req_s": None, "goodput_tok_s": None, "slo_met": None, "slo": None}
+    figures = {
+        "ttft": lambda r: 1000.0 * r["ttft"],
+        "e2e": lambda r: 1000.0 * r["e2e"],
+        "tpot": lambda r: (
+            1000.0 * (r["e2e"] - r["ttft"]) / (r["completion_tokens"] - 1)
+            if r["completion_tokens"] > 1
+            else None
+        ),
+    }
+    good = []
+    for r in ok:
+        fine = True
+        for metric, q, limit, _key in slo["checks"]:
+            v = _request_itl_q(r, q) if metric == "itl" else figures[metric](r)
+            if v is not None and v > limit:
+                fine = False
+                break
+        if fine:
+            good.append(r)
+    observed, met = {}, {}
+    for metric, q, limit, key in slo["checks"]:
+        if metric == "itl":
+            values = itl_pooled_ms
+        else:
+            values = [v for v in (figures[metric](r) for r in ok) if v is not None]
+        observed[key] = percentile(values, q)
+        met[key] = observed[key] is not None and observed[key] <= limit
+        if metric in ("tpot", "itl") and observed[key] is None and ok:
+            met[key] = True  # single-token outputs: no gap to check
+    failed = n_sent - len(ok)
+    error_rate = failed / n_sent if n_sent else 0.0
+    slo_met = bool(ok) and all(met.values()) and error_rate <= slo["max_error_rate"]
+    return {
+        "goodput_req_s": len(good) / duration if duration > 0 else 0.0,
+        "goodput_tok_s": sum(r["completion_tokens"] for r in good) / duration if duration > 0 else 0.0,
+        "slo_met": slo_met,
+        "slo": {
+            "thresholds": slo["thresholds"],
+            "observed": observed,
+            "met": met,
+            "good": len(good),
+            "error_rate": error_rate,
+        },
+    }
+
+
+def _level_name(concurrency, rate):
+    return f"rate {rate_label(rate)} req/s" if rate is not None else f"concurrency {concurrency}"
+
+
+def summarize_level(cfg, concurrency, results, duration, n_sent, rate=None):
     ok = [r for r in results if r["ok"]]
     failed = [r for r in results if not r["ok"]]
     tokens = sum(r["completion_tokens"] for r in ok)
@@ -785,8 +1434,9 @@ def summarize_level(cfg, concurrency, results, duration, n_sent):
     errors = {}
     for r in failed:
         errors[r["error"]] = errors.get(r["error"], 0) + 1
+    name = _level_name(concurrency, rate)
     warnings = []
-    if achieved < ACHIEVED_CONCURRENCY_WARN * concurrency:
+    if rate is None and achieved < ACHIEVED_CONCURRENCY_WARN * concurrency:
         why = (
             f"only {n_sent} requests for {concurrency} streams"
             if n_sent < concurrency
@@ -797,22 +1447,23 @@ def summarize_level(cfg, concurrency, results, duration, n_sent):
             f"{ACHIEVED_CONCURRENCY_WARN:.0%} of the target ({why})"
         )
     if failed:
-        warnings.append(f"concurrency {concurrency}: {len(failed)} of {len(results)} requests failed")
-    short = [r for r in ok if r["completion_tokens"] < cfg["output_len"]]
+        warnings.append(f"{name}: {len(failed)} of {len(results)} requests failed")
+    short = [r for r in ok if r["completion_tokens"] < r.get("asked_output_len", cfg["output_len"])]
     if short:
         warnings.append(
-            f"concurrency {concurrency}: {len(short)} requests returned fewer than output_len="
-            f"{cfg['output_len']} tokens although ignore_eos was set"
+            f"{name}: {len(short)} requests returned fewer tokens than asked (output_len) although ignore_eos was set"
         )
     unstreamed = len([r for r in ok if r["completion_tokens"] > 1]) - len(streamed)
     if unstreamed:
         warnings.append(
-            f"concurrency {concurrency}: {unstreamed} requests delivered all their tokens in one chunk; "
+            f"{name}: {unstreamed} requests delivered all their tokens in one chunk; "
             "their decode speed is undefined and left out"
         )
     sources = sorted({r["token_source"] for r in ok})
-    return {
+    level = {
+        "mode": "rate" if rate is not None else "concurrency",
         "concurrency": concurrency,
+        "request_rate": rate_json(rate),
         "num_prompts": n_sent,
         "completed": len(ok),
         "failed": len(failed),
@@ -831,36 +1482,93 @@ def summarize_level(cfg, concurrency, results, duration, n_sent):
         "errors": [{"error": k, "count": v} for k, v in sorted(errors.items(), key=lambda kv: -kv[1])][:5],
         "warnings": warnings,
     }
+    level.update(evaluate_slo((cfg.get("slo") or None), ok, n_sent, duration, itl))
+    level["telemetry"] = None
+    return level
 
 
 def _rid(cfg, level_index, kind, i):
     return f"{cfg['rid_prefix']}-l{level_index}-{kind}{i}"
 
 
-async def run_level(cfg, level_index, progress=None, keep_requests=False):
-    concurrency = cfg["concurrency"][level_index]
-    n = cfg["num_prompts"][level_index]
+def _schedule_report(rate, raws, offsets, seed):
+    """The recorded arrival schedule and how late each request left against it (FORMULAS["send_lag_ms"])."""
+    lag = [1000.0 * (r["t_start"] - r["t_sched"]) for r in raws]
+    client_lag = [1000.0 * (r["t_dispatch"] - r["t_sched"]) for r in raws]
+    starts = sorted(r["t_start"] for r in raws)
+    n = len(raws)
+    achieved = (n - 1) / (starts[-1] - starts[0]) if n > 1 and starts[-1] > starts[0] else None
+    span = offsets[-1] - offsets[0] if n > 1 else 0.0
+    scheduled = (n - 1) / span if span > 0 else None
+    return {
+        "seed": seed,
+        "offsets_s": [round(o, 6) for o in offsets],
+        "send_lag_ms": stats(lag),
+        "send_lag_ms_max": max(lag) if lag else None,
+        "send_lag_ms_each": [round(x, 3) for x in lag],  # request i of the level, in schedule order
+        "client_lag_ms": stats(client_lag),
+        "client_lag_ms_max": max(client_lag) if client_lag else None,
+        "achieved_request_rate": achieved,
+        "scheduled_request_rate": scheduled,
+        "_rate": rate,
+    }
+
+
+def _schedule_warnings(rate, sched):
+    out = []
+    if math.isinf(rate):
+        return out
+    limit = max(LATE_SEND_WARN_MS, 100.0 / rate)  # 5 ms, or 10 % of the mean gap between arrivals
+    p99 = sched["client_lag_ms"]["p99"]
+    if p99 is not None and p99 > limit:
+        out.append(
+            f"rate {rate_label(rate)} req/s: the client sent requests late against their schedule (p99 "
+            f"{p99:.1f} ms, max {sched['client_lag_ms_max']:.1f} ms > {limit:.1f} ms): it could not keep up, the "
+            "level measured a lower load than asked"
+        )
+    a, want = sched["achieved_request_rate"], sched["scheduled_request_rate"]
+    if a is not None and want and a < ACHIEVED_RATE_WARN * want:
+        out.append(
+            f"rate {rate_label(rate)} req/s: requests left at {a:.2f} req/s, below {ACHIEVED_RATE_WARN:.0%} of the "
+            f"schedule's {want:.2f} req/s (a max_concurrency cap or a client that cannot keep up)"
+        )
+    return out
+
+
+async def run_level(cfg, spec, index, progress=None, keep_requests=False):
+    """One level: spec = {"mode": "concurrency", "concurrency"} or {"mode": "rate", "request_rate", ...}."""
+    rate = None if spec["mode"] == "concurrency" else parse_rate(spec["request_rate"])
+    concurrency = spec.get("concurrency") if rate is None else spec.get("max_concurrency")
     endpoint = Endpoint(cfg["url"], cfg.get("_api_key"))
     # Distinct prompts for every level and for warmup: no prefix-cache replay between levels.
-    rng = random.Random(f"{cfg['seed']}:{level_index}:{concurrency}")
+    if rate is None:
+        rng = random.Random(f"{cfg['seed']}:{index}:{concurrency}")
+        label = f"c={concurrency}"
+        offsets = None
+        n = spec["num_prompts"]
+    else:
+        rng = random.Random(f"{cfg['seed']}:{index}:rate:{rate_label(rate)}")
+        label = spec.get("label") or f"r={rate_label(rate)}"
+        sched_seed = f"{cfg['seed']}:arrivals:{rate_label(rate)}:{cfg['burstiness']:g}"
+        offsets = arrival_offsets(
+            rate, cfg["burstiness"], sched_seed, spec.get("num_prompts"), spec.get("duration_s")
+        )
+        n = len(offsets)
     warm_len = min(cfg["output_len"], 16)
     warm = [
-        request_body(
-            cfg,
-            _rid(cfg, level_index, "w", i),
-            make_prompt(rng, cfg["input_len"], cfg["vocab_size"]),
-            warm_len,
-            rng,
-        )
-        for i in range(cfg["warmup"])
+        request_body(cfg, _rid(cfg, index, "w", i), prompt, min(warm_len, out), rng)
+        for i, (prompt, out) in enumerate(make_workload(cfg, rng, cfg["warmup"]))
     ]
-    rids = [_rid(cfg, level_index, "r", i) for i in range(n)]
-    bodies = [
-        request_body(cfg, rid, make_prompt(rng, cfg["input_len"], cfg["vocab_size"]), cfg["output_len"], rng)
-        for rid in rids
-    ]
-    _say(progress, f"level c={concurrency} start: {n} requests, {cfg['warmup']} warmup")
-    clients = [Client(endpoint) for _ in range(min(concurrency, n))]
+    rids = [_rid(cfg, index, "r", i) for i in range(n)]
+    work = make_workload(cfg, rng, n)
+    bodies = [request_body(cfg, rid, prompt, out, rng) for rid, (prompt, out) in zip(rids, work)]  # noqa: B905
+    extra = f", {cfg['warmup']} warmup" + ("" if rate is None else f", open loop at {rate_label(rate)} req/s")
+    _say(progress, f"level {label} start: {n} requests{extra}")
+    if rate is None:
+        clients = [Client(endpoint) for _ in range(min(concurrency, n))]
+    else:
+        clients = [Client(endpoint) for _ in range(min(concurrency or n, n, RATE_POOL_PREOPEN))]
+    telemetry = None
     try:
         await asyncio.gather(*(cl.connect(min(cfg["request_timeout"], 30.0)) for cl in clients))
         warm_failed = 0
@@ -870,7 +1578,15 @@ async def run_level(cfg, level_index, progress=None, keep_requests=False):
         flush = None
         if cfg["flush_cache"]:
             flush = await asyncio.get_running_loop().run_in_executor(None, flush_cache, cfg)
-        raws = await _run_requests(clients, cfg, bodies)
+        if cfg.get("telemetry"):
+            telemetry = Telemetry(cfg["url"], cfg.get("_api_key"), cfg["telemetry_interval"]).start()
+        try:
+            if rate is None:
+                raws = await _run_requests(clients, cfg, bodies)
+            else:
+                raws = await _run_open_loop(endpoint, clients, cfg, bodies, offsets, concurrency)
+        finally:
+            tele = telemetry.stop() if telemetry is not None else None
     finally:
         for cl in clients:
             cl.close()
@@ -878,11 +1594,24 @@ async def run_level(cfg, level_index, progress=None, keep_requests=False):
     start = min(r["t_start"] for r in raws)
     end = max(r["t_end"] for r in raws)
     results = [analyse(cfg["api"], r) for r in raws]
-    level = summarize_level(cfg, concurrency, results, end - start, n)
+    for r, (_, out) in zip(results, work):  # noqa: B905
+        r["asked_output_len"] = out
+    level = summarize_level(cfg, concurrency, results, end - start, n, rate=rate)
+    if rate is not None:
+        sched = _schedule_report(rate, raws, offsets, sched_seed)
+        level["warnings"].extend(_schedule_warnings(rate, sched))
+        sched.pop("_rate")
+        level["schedule"] = sched
+        level["send_lag_ms"] = sched["send_lag_ms"]
+        level["achieved_request_rate"] = sched["achieved_request_rate"]
+        level["max_concurrency"] = concurrency
+    if spec.get("phase"):
+        level["phase"] = spec["phase"]
+    level["telemetry"] = tele
     level["warmup_failed"] = warm_failed
     level["flush_cache"] = flush
     if flush is not None and not flush["ok"]:
-        level["warnings"].append(f"concurrency {concurrency}: /flush_cache failed: {flush['detail']}")
+        level["warnings"].append(f"{_level_name(concurrency, rate)}: /flush_cache failed: {flush['detail']}")
     if keep_requests:
         level["requests"] = [
             {
@@ -897,10 +1626,14 @@ async def run_level(cfg, level_index, progress=None, keep_requests=False):
                 "e2e_ms": 1000.0 * r["e2e"],
                 "itl_ms": [1000.0 * g for g in r["itl"]],
                 "completion_tokens": r["completion_tokens"],
+                "prompt_tokens": r["prompt_tokens"],
+                "send_lag_ms": None
+                if raw.get("t_sched") is None
+                else 1000.0 * (r["t_start"] - raw["t_sched"]),
             }
-            for rid, r in zip(rids, results)  # noqa: B905 (same length; strict= needs Python 3.10)
+            for rid, r, raw in zip(rids, results, raws)  # noqa: B905 (same length; strict= needs Python 3.10)
         ]
-    _say(progress, f"level c={concurrency} done: {level_line(level)}")
+    _say(progress, f"level {label} done: {level_line(level)}")
     return level
 
 
@@ -913,7 +1646,18 @@ def level_line(level):
         f"{f(level['request_s'], '{:.2f}')} req/s, TTFT p50 {f(level['ttft_ms']['p50'])} ms "
         f"p99 {f(level['ttft_ms']['p99'])} ms, ITL p50 {f(level['itl_ms']['p50'], '{:.2f}')} ms, "
         f"decode {f(level['decode_tok_s']['mean'])} tok/s/user, "
-        f"concurrency {f(level['achieved_concurrency'], '{:.2f}')}/{level['concurrency']}"
+        f"concurrency {f(level['achieved_concurrency'], '{:.2f}')}/{level['concurrency'] or '-'}"
+        + (
+            ""
+            if level.get("mode") != "rate"
+            else f", sent at {f(level.get('achieved_request_rate'), '{:.2f}')} req/s, "
+            f"send lag p99 {f((level.get('send_lag_ms') or {}).get('p99'), '{:.2f}')} ms"
+        )
+        + (
+            ""
+            if level.get("slo_met") is None
+            else f", SLO {'met' if level['slo_met'] else 'missed'}, goodput {f(level['goodput_tok_s'])} tok/s"
+        )
     )
 
 
@@ -933,35 +1677,116 @@ def _say(progress, line):
 # ---------------------------------------------------------------- summary and the whole run
 
 
-def summarize(levels, knee_fraction=KNEE_FRACTION):
-    single = next((lv for lv in levels if lv["concurrency"] == 1), None)
+def _rate_value(lv):
+    r = lv.get("request_rate")
+    return None if r is None else parse_rate(r)
+
+
+def summarize(levels, knee_fraction=KNEE_FRACTION, slo_max_rate=None):
+    """The figures a layout is compared by (FORMULAS); levels of both modes, old records' levels too."""
+    closed = [lv for lv in levels if lv.get("mode", "concurrency") == "concurrency"]
+    single = next((lv for lv in closed if lv["concurrency"] == 1), None)
     measured = [lv for lv in levels if lv["completed"] > 0]
     peak = max(measured, key=lambda lv: lv["output_tok_s"], default=None)
     knee = None
     if peak is not None:
-        for lv in sorted(measured, key=lambda lv: lv["concurrency"]):
+        for lv in sorted((lv for lv in measured if lv in closed), key=lambda lv: lv["concurrency"]):
             if lv["output_tok_s"] >= knee_fraction * peak["output_tok_s"]:
                 knee = lv
                 break
     completed = sum(lv["completed"] for lv in levels)
     failed = sum(lv["failed"] for lv in levels)
+    met = [lv for lv in levels if lv.get("slo_met")]
+    best = max(met, key=lambda lv: lv["goodput_tok_s"] or 0.0, default=None)
+    has_slo = any(lv.get("slo_met") is not None for lv in levels)
     return {
         "single_request_tok_s": single["decode_tok_s"]["mean"] if single else None,
         "single_request_ttft_ms_p50": single["ttft_ms"]["p50"] if single else None,
         "single_request_ttft_ms_p99": single["ttft_ms"]["p99"] if single else None,
         "peak_output_tok_s": peak["output_tok_s"] if peak else None,
         "peak_concurrency": peak["concurrency"] if peak else None,
+        "peak_request_rate": peak.get("request_rate") if peak else None,
         "peak_ttft_ms_p50": peak["ttft_ms"]["p50"] if peak else None,
         "peak_ttft_ms_p99": peak["ttft_ms"]["p99"] if peak else None,
         "peak_tok_s_per_user": peak["decode_tok_s"]["mean"] if peak else None,
         "knee_concurrency": knee["concurrency"] if knee else None,
         "knee_output_tok_s": knee["output_tok_s"] if knee else None,
         "knee_fraction": knee_fraction,
+        "slo_max_rate": slo_max_rate if slo_max_rate is not None else _max_met_rate(levels),
+        "slo_goodput_tok_s": (best["goodput_tok_s"] if best else (0.0 if has_slo else None)),
+        "slo_goodput_req_s": (best["goodput_req_s"] if best else (0.0 if has_slo else None)),
+        "slo_best_level": (
+            None
+            if best is None
+            else {
+                "mode": best.get("mode"),
+                "concurrency": best["concurrency"],
+                "request_rate": best["request_rate"],
+            }
+        ),
         "completed": completed,
         "failed": failed,
         "error_rate": failed / (completed + failed) if completed + failed else None,
         "warnings": [w for lv in levels for w in lv["warnings"]],
     }
+
+
+def _max_met_rate(levels):
+    met = [_rate_value(lv) for lv in levels if lv.get("slo_met") and lv.get("request_rate") is not None]
+    return rate_json(max(met)) if met else None
+
+
+def slo_search(cfg, levels, run, progress=None, keep_going=None):
+    """Bisection over request rate for the highest rate meeting the SLO (FORMULAS["slo_max_rate"]).
+
+    levels: the ladder's levels (their verdicts bracket the search); run(rate, step) measures one rate level.
+    Returns {"slo_max_rate", "bracket", "steps": [rates], "stopped"}; the new levels are appended to levels."""
+    search = cfg["slo"]["search"]
+    rated = [(_rate_value(lv), lv["slo_met"]) for lv in levels if lv.get("request_rate") is not None]
+    met = [r for r, ok in rated if ok]
+    lo = max(met) if met else None
+    # a missed inf bounds nothing (all at once): the search then doubles from the highest met rate
+    missed = [r for r, ok in rated if not ok and not math.isinf(r) and (lo is None or r > lo)]
+    hi = min(missed) if missed else None
+    tried, stopped = [], "steps"
+    if lo is not None and math.isinf(lo):
+        stopped = "inf met"  # every request at once met the SLO: no finite rate can miss it
+    else:
+        for step in range(1, search["steps"] + 1):
+            if hi is None:
+                r = search["min_rate"] if lo is None else lo * 2
+                if search["max_rate"] is not None:
+                    if lo is not None and lo >= search["max_rate"]:
+                        stopped = "search_max_rate met"
+                        break
+                    r = min(r, search["max_rate"])
+            elif lo is None:
+                r = hi / 2
+            else:
+                if (hi - lo) / hi <= search["tolerance"]:
+                    stopped = "tolerance"
+                    break
+                r = (lo + hi) / 2
+            if math.isinf(r) or r in tried:
+                break
+            tried.append(r)
+            lv = run(r, step)
+            levels.append(lv)
+            if lv["slo_met"]:
+                lo = r
+            else:
+                hi = r
+            if keep_going is not None and not keep_going(lv):
+                stopped = "stopped between levels"
+                break
+    out = {
+        "slo_max_rate": rate_json(lo),
+        "bracket": [rate_json(lo), rate_json(hi)],
+        "steps": tried,
+        "stopped": stopped,
+    }
+    _say(progress, f"slo search done: max rate {rate_label(lo) if lo is not None else 'none'} req/s")
+    return out
 
 
 def discover(cfg, api_key=None):
@@ -982,6 +1807,7 @@ def discover(cfg, api_key=None):
                     "max_total_num_tokens",
                     "max_running_requests",
                     "mem_fraction_static",
+                    "context_length",
                 )
                 if k in body
             }
@@ -1007,17 +1833,74 @@ def check_reachable(cfg, api_key=None):
         raise BenchError(f"server at {cfg['url']} is not ready: GET /health answered HTTP {status}")
 
 
+def level_specs(cfg):
+    """The ladder, in the order run: concurrency levels, then request-rate levels."""
+    specs = [
+        {"mode": "concurrency", "concurrency": c, "num_prompts": n}
+        for c, n in zip(cfg["concurrency"], cfg["num_prompts"])  # noqa: B905
+    ]
+    specs += [dict(spec, mode="rate") for spec in cfg.get("rate_levels") or []]
+    return specs
+
+
+def check_against_server(cfg, server):
+    """Refuse, before any request, what the server's own figures rule out (context length)."""
+    ctx = server.get("context_length")
+    ds = cfg.get("dataset") or {}
+    if isinstance(ctx, int) and ctx > 0 and ds.get("name") != "sharegpt":
+        need = ds.get("prefix_len", 0) + cfg["input_len"] + cfg["output_len"]
+        if need > ctx:
+            what = (
+                "shared prefix + question + output" if ds.get("name") == "shared-prefix" else "input + output"
+            )
+            raise BenchError(
+                f"dataset {ds.get('name', 'random')!r}: {what} = {need} tokens is longer than the server's "
+                f"context ({ctx} tokens, /server_info context_length)"
+            )
+
+
+def keep_going(cfg, level):
+    """Whether the ladder (and the SLO search) go on after this level: the one place for checks between levels
+    (e.g. stop where the server died)."""
+    return True
+
+
 def run_benchmark(cfg, api_key=None, progress=None, keep_requests=False):
-    """Run every level of cfg; returns {"summary", "levels", "config", "server", "formulas"}."""
+    """Run every level of cfg (and the SLO search); returns {"summary", "levels", "config", "server", "formulas"}."""
     cfg = dict(cfg)
     cfg["_api_key"] = api_key
     check_reachable(cfg, api_key)
     server = discover(cfg, api_key)
+    check_against_server(cfg, server)
     levels = []
     t0 = time.time()
-    for i in range(len(cfg["concurrency"])):
-        levels.append(asyncio.run(run_level(cfg, i, progress, keep_requests)))
-    summary = summarize(levels, cfg["knee_fraction"])
+    for index, spec in enumerate(level_specs(cfg)):
+        level = asyncio.run(run_level(cfg, spec, index, progress, keep_requests))
+        levels.append(level)
+        if not keep_going(cfg, level):
+            break
+    search = None
+    if (cfg.get("slo") or {}).get("search"):
+        base = len(levels)
+
+        def run_step(rate, step):
+            spec = rate_level_spec(
+                rate,
+                cfg.get("rate_num_prompts"),
+                cfg.get("duration_s"),
+                cfg.get("max_concurrency"),
+                cfg["min_prompts"],
+            )
+            spec.update(mode="rate", phase="slo_search", label=f"s{step} r={rate_label(rate)}")
+            lv = asyncio.run(run_level(cfg, spec, base + step - 1, progress, keep_requests))
+            lv["search_step"] = step
+            return lv
+
+        if all(keep_going(cfg, lv) for lv in levels[-1:]):
+            search = slo_search(cfg, levels, run_step, progress, keep_going=lambda lv: keep_going(cfg, lv))
+    summary = summarize(levels, cfg["knee_fraction"], None if search is None else search["slo_max_rate"])
+    if search is not None:
+        summary["slo_search"] = search
     mrr = server.get("max_running_requests")
     if isinstance(mrr, int) and mrr > 0:
         over = [c for c in cfg["concurrency"] if c > mrr]

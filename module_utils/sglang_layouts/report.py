@@ -18,6 +18,9 @@ import sys
 
 from . import results as _results
 
+# Columns shown in REPORT.md only when some row has a value (old records and runs without an SLO or a cost).
+OPTIONAL_COLUMNS = ("slo_max_rate", "slo_goodput_tok_s", "cost_peak", "cost_slo")
+
 COLUMNS = (
     ("host", "host"),
     ("layout", "layout"),
@@ -33,6 +36,10 @@ COLUMNS = (
     ("ttft_peak_p50_ms", "TTFT peak p50 ms"),
     ("ttft_peak_p99_ms", "TTFT peak p99 ms"),
     ("knee_concurrency", "knee"),
+    ("slo_max_rate", "max rate under SLO req/s"),
+    ("slo_goodput_tok_s", "goodput tok/s under SLO"),
+    ("cost_peak", "$/1M tok at peak"),
+    ("cost_slo", "$/1M tok under SLO"),
     ("ready_s", "ready s"),
     ("kv_predicted", "KV tokens predicted"),
     ("kv_measured", "KV tokens measured"),
@@ -91,6 +98,7 @@ def rows(records):
         s = rec.get("summary") or {}
         kv = rec.get("kv_tokens") or {}
         health = rec.get("health") or {}
+        cost = rec.get("cost_per_mtok") or {}  # records before cost_per_mtok: no cost
         out.append(
             {
                 "host": rec["host"],
@@ -109,6 +117,13 @@ def rows(records):
                 "ttft_peak_p50_ms": s.get("peak_ttft_ms_p50"),
                 "ttft_peak_p99_ms": s.get("peak_ttft_ms_p99"),
                 "knee_concurrency": s.get("knee_concurrency"),
+                "peak_request_rate": s.get("peak_request_rate"),
+                "slo_max_rate": rec.get("slo_max_rate", s.get("slo_max_rate")),
+                "slo_goodput_tok_s": s.get("slo_goodput_tok_s"),
+                "slo_goodput_req_s": s.get("slo_goodput_req_s"),
+                "slo": _slo_of(rec),
+                "cost_peak": cost.get("peak"),
+                "cost_slo": cost.get("slo"),
                 "ready_s": health.get("ready_after_s"),
                 "kv_predicted": kv.get("predicted"),
                 "kv_measured": kv.get("measured"),
@@ -126,8 +141,17 @@ def rows(records):
     return out
 
 
+def _slo_of(rec):
+    """The SLO thresholds a record was measured against (None without one or in old records)."""
+    for lv in rec.get("levels") or []:
+        if (lv.get("slo") or {}).get("thresholds"):
+            return lv["slo"]["thresholds"]
+    return ((rec.get("bench_config") or {}).get("slo") or {}).get("thresholds")
+
+
 def winners(table):
-    """The best row for single-request speed and for peak throughput (ok/degraded rows only).
+    """The best row for single-request speed, for peak throughput and, when the run has an SLO, for goodput
+    under it (ok/degraded rows only). Every winner is chosen here (one place to extend).
 
     Rows from real engines are preferred: a simulated row wins only in a run with no real one.
     """
@@ -150,6 +174,18 @@ def winners(table):
         }
 
     win = {"single_request": best("single_tok_s"), "peak_throughput": best("peak_tok_s")}
+    if any(r.get("slo_goodput_tok_s") is not None for r in table):
+        # the winner of a run with an SLO: the highest goodput under it
+        win["goodput_under_slo"] = best("slo_goodput_tok_s")
+        if win["goodput_under_slo"]:
+            r = next(
+                r
+                for r in table
+                if (r["host"], r["layout"])
+                == (win["goodput_under_slo"]["host"], win["goodput_under_slo"]["layout"])
+            )
+            win["goodput_under_slo"]["slo_max_rate"] = r.get("slo_max_rate")
+            win["goodput_under_slo"]["slo"] = r.get("slo")
     if win["peak_throughput"]:
         r = next(
             r
@@ -168,13 +204,21 @@ def _fmt(v, key=None):
     if isinstance(v, float):
         if key in ("kv_error_pct",):
             return f"{v:+.1f}"
+        if key in ("cost_peak", "cost_slo"):
+            return f"{v:.3f}"
         return f"{v:.1f}" if abs(v) >= 10 or key in ("ready_s",) else f"{v:.2f}"
     return str(v)
 
 
 def to_csv(table):
     buf = io.StringIO()
-    keys = [k for k, _ in COLUMNS] + ["replicas", "failure_class", "attempt"]
+    keys = [k for k, _ in COLUMNS] + [
+        "peak_request_rate",
+        "slo_goodput_req_s",
+        "replicas",
+        "failure_class",
+        "attempt",
+    ]
     w = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for r in table:
@@ -235,6 +279,7 @@ def to_markdown(run_id, table, win, plots=()):
         for k, h in COLUMNS
         if k not in ("host", "simulated", "dummy_weights") or (k == "host" and multi_host)
     ]
+    cols = [(k, h) for k, h in cols if k not in OPTIONAL_COLUMNS or any(r.get(k) is not None for r in table)]
     lines.append("| " + " | ".join(h for _, h in cols) + " |")
     lines.append("|" + "|".join("---" for _ in cols) + "|")
     for r in table:
@@ -247,6 +292,27 @@ def to_markdown(run_id, table, win, plots=()):
                 cells.append(_fmt(r[k], k))
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
+    slo_win = win.get("goodput_under_slo")
+    if "goodput_under_slo" in win:
+        slo = next((r["slo"] for r in table if r.get("slo")), None) or {}
+        slo_text = ", ".join(f"{k} <= {v:g}" for k, v in sorted(slo.items()))
+        if slo_win is None or not slo_win["value"]:
+            lines.append(f"- Winner under the SLO ({slo_text}): none (no layout met it).")
+        else:
+            who = f"{slo_win['host']}/{slo_win['layout']}" if multi_host else slo_win["layout"]
+            rate = slo_win.get("slo_max_rate")
+            at = f", max rate under the SLO {rate} req/s" if rate is not None else ""
+            lines.append(
+                f"- **Winner under the SLO ({slo_text}): {who}**{_engine_tag(slo_win, multi_engine)}: "
+                f"{slo_win['value']:.1f} output tok/s of goodput{at}."
+            )
+        for r in table:
+            if r.get("slo_goodput_tok_s") is not None:
+                cost = f", {r['cost_slo']:.3f} $/1M tok" if r.get("cost_slo") is not None else ""
+                lines.append(
+                    f"  - {_label(r, multi_host, multi_engine)}: max rate under the SLO "
+                    f"{_fmt(r.get('slo_max_rate'))} req/s, goodput {_fmt(r['slo_goodput_tok_s'])} tok/s{cost}"
+                )
     for title, key, unit in (
         ("single-request speed", "single_request", "tok/s at concurrency 1"),
         ("peak throughput", "peak_throughput", "aggregate output tok/s"),
@@ -273,7 +339,9 @@ def to_markdown(run_id, table, win, plots=()):
         "",
         "Single-request tok/s = mean (completion_tokens - 1) / (e2e - TTFT) at concurrency 1; peak tok/s = max over "
         "levels of output tokens / level duration; knee = smallest concurrency reaching 90 % of the peak; KV error = "
-        "(predicted - measured) / measured. Every record carries all formulas under `formulas`.",
+        "(predicted - measured) / measured; goodput = output tokens of requests meeting every SLO threshold / level "
+        "duration; max rate under SLO = highest request rate whose level met the SLO (ladder + bisection); "
+        "$/1M tok = gpu_hour_cost x GPUs / 3600 / tok/s x 1e6. Every record carries all formulas under `formulas`.",
         "",
     ]
     return "\n".join(lines)
@@ -295,7 +363,7 @@ def plot(records, outdir, run_id):
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for rec in measured:
-        lv = sorted(rec["levels"], key=lambda x: x["concurrency"])
+        lv = sorted(_closed_levels(rec), key=lambda x: x["concurrency"])
         label = _record_label(rec, multi_host, multi_engine)
         ax.plot([x["concurrency"] for x in lv], [x["output_tok_s"] for x in lv], marker="o", label=label)
     ax.set_xscale("log", base=2)
@@ -316,7 +384,7 @@ def plot(records, outdir, run_id):
         gpus = rec.get("gpus_used") or 1
         label = _record_label(rec, multi_host, multi_engine)
         xs, ys = [], []
-        for x in sorted(rec["levels"], key=lambda x: x["concurrency"]):
+        for x in sorted(_closed_levels(rec), key=lambda x: x["concurrency"]):
             per_user = (x.get("decode_tok_s") or {}).get("mean")
             if per_user is None:
                 continue
@@ -340,7 +408,98 @@ def plot(records, outdir, run_id):
     fig.savefig(os.path.join(outdir, "pareto.png"), dpi=110)
     plt.close(fig)
     names.append("pareto.png")
+    names += plot_rates(plt, measured, outdir, run_id, multi_host, multi_engine, tag)
+    names += plot_goodput(plt, measured, outdir, run_id, multi_host, multi_engine, tag)
     return names
+
+
+def _closed_levels(rec):
+    """Concurrency levels (old records have no mode: all of theirs)."""
+    return [x for x in rec.get("levels") or [] if x.get("mode", "concurrency") == "concurrency"]
+
+
+def _rate_levels(rec):
+    """Finite-rate levels (ladder and SLO search) sorted by rate; inf has no place on a rate axis."""
+    out = []
+    for x in rec.get("levels") or []:
+        r = x.get("request_rate")
+        if r is not None and r != "inf" and x.get("completed"):
+            out.append((float(r), x))
+    return sorted(out, key=lambda p: p[0])
+
+
+def plot_rates(plt, measured, outdir, run_id, multi_host, multi_engine, tag):
+    """rate_throughput.png (output tok/s vs request rate) and rate_ttft.png (p99 TTFT vs rate, SLO line)."""
+    with_rates = [rec for rec in measured if _rate_levels(rec)]
+    if not with_rates:
+        return []
+    names = []
+    for fname, title, ylabel, value in (
+        (
+            "rate_throughput.png",
+            "Output throughput vs request rate",
+            "output tok/s",
+            lambda x: x["output_tok_s"],
+        ),
+        (
+            "rate_ttft.png",
+            "p99 TTFT vs request rate",
+            "TTFT p99 (ms)",
+            lambda x: (x.get("ttft_ms") or {}).get("p99"),
+        ),
+    ):
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for rec in with_rates:
+            pts = [(r, value(x)) for r, x in _rate_levels(rec) if value(x) is not None]
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                marker="o",
+                label=_record_label(rec, multi_host, multi_engine),
+            )
+        if fname == "rate_ttft.png":
+            limit = next(
+                (
+                    (_slo_of(rec) or {}).get(k)
+                    for rec in with_rates
+                    for k in (_slo_of(rec) or {})
+                    if k.startswith("ttft")
+                ),
+                None,
+            )
+            if limit is not None:
+                ax.axhline(limit, color="red", ls="--", lw=1, label=f"SLO {limit:g} ms")
+        ax.set_xlabel("request rate (req/s, open loop; inf left out)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{title}, run {run_id}{tag}")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(outdir, fname), dpi=110)
+        plt.close(fig)
+        names.append(fname)
+    return names
+
+
+def plot_goodput(plt, measured, outdir, run_id, multi_host, multi_engine, tag):
+    """goodput.png: the best goodput under the SLO per layout (bars), when the run had an SLO."""
+    bars = [
+        (_record_label(rec, multi_host, multi_engine), (rec.get("summary") or {}).get("slo_goodput_tok_s"))
+        for rec in measured
+    ]
+    bars = [(name, v) for name, v in bars if v is not None]
+    if not bars:
+        return []
+    fig, ax = plt.subplots(figsize=(8, 5))
+    ax.bar([b[0] for b in bars], [b[1] for b in bars], color="tab:green")
+    ax.set_ylabel("goodput under the SLO (output tok/s)")
+    ax.set_title(f"Goodput under the SLO per layout, run {run_id}{tag}")
+    ax.grid(True, axis="y", alpha=0.3)
+    plt.setp(ax.get_xticklabels(), rotation=20, ha="right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(outdir, "goodput.png"), dpi=110)
+    plt.close(fig)
+    return ["goodput.png"]
 
 
 def pareto_front(points):

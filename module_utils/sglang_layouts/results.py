@@ -33,7 +33,27 @@ FORMULAS = dict(
     tok_s_per_gpu="output_tok_s / gpus_used (gpus_used from the plan: tp x pp, x dp without dp-attention)",
     kv_tokens_error_pct="100 x (predicted kv_tokens - measured max_total_num_tokens) / measured",
     ready_after_s="seconds from the service start to GET /health = 200 (sglang_health)",
+    cost_per_mtok="$ per 1M output tokens = gpu_hour_cost x gpus_used / 3600 / tok_s x 1e6 (gpu_hour_cost = "
+    "sglang_gpu_hour_cost, $ per GPU-hour); peak: tok_s = summary.peak_output_tok_s; slo: tok_s = "
+    "summary.slo_goodput_tok_s (the best goodput of a level meeting the SLO); null without a cost, without GPUs "
+    "used or without the throughput",
 )
+
+
+def cost_per_mtok(gpu_hour_cost, gpus_used, summary):
+    """{"peak", "slo", "gpu_hour_cost", "gpus_used"} in $ per 1M output tokens (FORMULAS["cost_per_mtok"])."""
+
+    def cost(tok_s):
+        if not gpu_hour_cost or not gpus_used or not tok_s:
+            return None
+        return float(gpu_hour_cost) * gpus_used / 3600.0 / tok_s * 1e6
+
+    return {
+        "peak": cost(summary.get("peak_output_tok_s")),
+        "slo": cost(summary.get("slo_goodput_tok_s")),
+        "gpu_hour_cost": gpu_hour_cost,
+        "gpus_used": gpus_used,
+    }
 
 
 class ResultError(ValueError):
@@ -99,9 +119,10 @@ def build_record(
     versions=None,
     gpu=None,
     extra=None,
+    gpu_hour_cost=None,
 ):
     """Assemble a record (no I/O). plan = the planner's entry for the layout; health = sglang_health facts;
-    bench = the sglang_bench facts."""
+    bench = the sglang_bench facts; gpu_hour_cost = $ per GPU-hour (sglang_gpu_hour_cost) for cost_per_mtok."""
     check_name("host", host)
     check_name("layout", layout)
     check_name("run id", run_id)
@@ -166,6 +187,8 @@ def build_record(
         "health": health,
         "kv_tokens": {"predicted": predicted_kv, "measured": measured_kv, "error_pct": kv_err},
         "summary": summary,
+        "slo_max_rate": summary.get("slo_max_rate"),
+        "cost_per_mtok": cost_per_mtok(gpu_hour_cost, gpus_used, summary),
         "levels": list((bench or {}).get("levels") or []),
         "bench_config": (bench or {}).get("config"),
         "server": (bench or {}).get("server"),

@@ -291,6 +291,8 @@ def test_metrics(sim):
         "sglang:num_running_reqs",
         "sglang:num_queue_reqs",
         "sglang:token_usage",
+        "sglang:cache_hit_rate",
+        "sglang:gen_throughput",
         "sglang:generation_tokens_total",
     ):
         assert f"# TYPE {name} " in text

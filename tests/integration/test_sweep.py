@@ -134,7 +134,16 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir):
 
 def test_bench_playbook_measures_the_deployed_layout(run_playbook, tmp_path, run_dir):
     results = tmp_path / "results"
-    common = {"sglang_layouts": LAYOUTS[:1], "sglang_run_dir": str(run_dir)}
+    # with --enable-metrics, so that the telemetry reads the simulator's /metrics
+    layouts = [{**LAYOUTS[0], "args": {"enable_metrics": True}}]
+    common = {"sglang_layouts": layouts, "sglang_run_dir": str(run_dir)}
+    # one short rate level after the concurrency ladder, an SLO, a one-step SLO search and a cost
+    rates = {
+        "sglang_bench_request_rates": [20],
+        "sglang_bench_duration_s": 0.3,
+        "sglang_bench_slo": {"ttft_p99_ms": 60000, "search": True, "search_steps": 1},
+        "sglang_gpu_hour_cost": 2.0,
+    }
     try:
         r1 = run_playbook("deploy.yml", extravars={**common, "layout": "tp8"})
         assert r1.status == "successful", failed_messages(r1)
@@ -144,13 +153,29 @@ def test_bench_playbook_measures_the_deployed_layout(run_playbook, tmp_path, run
         r2 = run_playbook(
             "bench.yml",
             ident="bench",
-            extravars={**common, **BENCH, "sglang_results_dir": str(results), "run_id": "bench-it"},
+            extravars={**common, **BENCH, **rates, "sglang_results_dir": str(results), "run_id": "bench-it"},
         )
         assert r2.status == "successful", failed_messages(r2)
     finally:
         run_playbook("stop.yml", extravars=common)
     rec = json.loads((results / "bench-it" / "seed-box" / "tp8.json").read_text())
-    assert rec["status"] == "ok" and [lv["concurrency"] for lv in rec["levels"]] == [1, 4]
+    assert rec["status"] == "ok" and [lv["concurrency"] for lv in rec["levels"][:2]] == [1, 4]
+    assert [(lv["mode"], lv["request_rate"], lv.get("phase")) for lv in rec["levels"]] == [
+        ("concurrency", None, None),
+        ("concurrency", None, None),
+        ("rate", 20, None),
+        ("rate", 40, "slo_search"),
+    ]
+    assert all(lv["slo_met"] is True and lv["goodput_tok_s"] > 0 for lv in rec["levels"])
+    assert rec["slo_max_rate"] == 40 and rec["summary"]["slo_search"]["steps"] == [40]
+    assert rec["cost_per_mtok"]["peak"] == pytest.approx(
+        2.0 * 8 / 3600 / rec["summary"]["peak_output_tok_s"] * 1e6
+    )
+    tele = rec["levels"][2]["telemetry"]
+    assert tele["server"]["available"] and tele["server"]["metrics"]["cache_hit_rate"]["mean"] is not None
+    if shutil.which("nvidia-smi") is None:
+        assert tele["gpu"] == "absent"
+    assert "Winner under the SLO" in (results / "bench-it" / "REPORT.md").read_text()
     assert rec["health"]["layout"] == "tp8" and rec["prediction"]["kv_tokens"] > 0
     assert (results / "bench-it" / "REPORT.md").exists()
     assert fact_cache(r2, "seed-box")["sglang_bench"]["record"].endswith("bench-it/seed-box/tp8.json")

@@ -15,13 +15,26 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class FakeState:
-    def __init__(self, step_s=0.005, first_s=0.02, fail_every=0, error_every=0, chunked=True, usage=True):
+    def __init__(
+        self,
+        step_s=0.005,
+        first_s=0.02,
+        fail_every=0,
+        error_every=0,
+        chunked=True,
+        usage=True,
+        context_length=None,
+        metrics=None,
+    ):
         self.step_s = step_s
         self.first_s = first_s
         self.fail_every = fail_every  # every Nth measured request answers HTTP 500
         self.error_every = error_every  # every Nth measured request streams an error event
         self.chunked = chunked
         self.usage = usage
+        self.context_length = context_length  # reported by /server_info when set
+        self.metrics = metrics  # Prometheus text served at /metrics (404 when None)
+        self.metrics_scrapes = 0
         self.lock = threading.Lock()
         self.count = 0
         self.flushes = 0
@@ -51,9 +64,19 @@ def make_handler(state: FakeState):
             if self.path == "/health":
                 self._json(200, {})
             elif self.path == "/server_info":
-                self._json(
-                    200, {"version": "fake-1", "max_total_num_tokens": 1000, "max_running_requests": 48}
-                )
+                info = {"version": "fake-1", "max_total_num_tokens": 1000, "max_running_requests": 48}
+                if state.context_length:
+                    info["context_length"] = state.context_length
+                self._json(200, info)
+            elif self.path == "/metrics" and state.metrics is not None:
+                with state.lock:
+                    state.metrics_scrapes += 1
+                data = state.metrics.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
             elif self.path == "/v1/models":
                 self._json(200, {"data": [{"id": "fake-model"}]})
             else:
@@ -86,10 +109,11 @@ def make_handler(state: FakeState):
                 self._json(500, {"error": {"message": "boom"}})
                 return
             if self.path == "/generate":
-                prompt = len(body["input_ids"])
+                prompt = len(body["input_ids"]) if "input_ids" in body else len(body["text"].split())
                 out = body["sampling_params"]["max_new_tokens"]
             else:
-                prompt = len(body.get("prompt") or body["messages"][0]["content"].split())
+                p = body.get("prompt") or body["messages"][0]["content"]
+                prompt = len(p.split()) if isinstance(p, str) else len(p)
                 out = body["max_tokens"]
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")

@@ -121,3 +121,41 @@ def test_result_module_stores_queries_and_never_overwrites(tmp_path):
     assert (q["exists"], q["attempts"], q["status"]) == (True, [1, 2], "failed")
     latest = run_module(tmp_path, "sglang_result", {**base, "state": "latest"}, python=sys.executable)
     assert latest["changed"] and os.readlink(Path(rd) / "latest") == "r1"
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        ({"request_rates": [0]}, "> 0"),
+        ({"request_rates": [1], "slo": {"ttft_p95": 10}}, "slo key 'ttft_p95' does not exist"),
+    ],
+)
+def test_bad_rate_or_slo_fails_before_any_request(tmp_path, extra, needle):
+    with FakeServer() as srv:
+        res = run_module(tmp_path, "sglang_bench", {"url": srv.url, "concurrency": [1], **extra})
+        assert srv.state.count == 0 and srv.state.flushes == 0
+    assert res["failed"] and res["failure_class"] == "bench_config" and needle in res["msg"]
+
+
+def test_rate_ladder_through_the_module(tmp_path):
+    with FakeServer(step_s=0.002, first_s=0.005) as srv:
+        res = run_module(
+            tmp_path,
+            "sglang_bench",
+            {
+                "url": srv.url,
+                "concurrency": [],
+                "request_rates": [50, "inf"],
+                "num_prompts": 4,
+                "input_len": 4,
+                "output_len": 3,
+                "warmup": 0,
+                "slo": {"ttft_p99_ms": 5000},
+                "progress_file": str(tmp_path / "p.progress"),
+            },
+        )
+    assert not res.get("failed"), res
+    levels = res["ansible_facts"]["sglang_bench"]["levels"]
+    assert [lv["request_rate"] for lv in levels] == [50.0, "inf"]
+    assert all(lv["slo_met"] is True and lv["goodput_tok_s"] > 0 and "telemetry" in lv for lv in levels)
+    assert res["ansible_facts"]["sglang_bench"]["summary"]["slo_max_rate"] == "inf"

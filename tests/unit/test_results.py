@@ -112,3 +112,13 @@ def test_new_run_id_is_a_sortable_utc_stamp():
     assert (
         results.new_run_id(dt.datetime(2026, 11, 29, 15, 23, 0, tzinfo=dt.timezone.utc)) == "20261129T152300Z"
     )
+
+
+def test_cost_per_mtok_at_peak_and_under_the_slo():
+    from sglang_layouts import results as r
+
+    c = r.cost_per_mtok(3.6, 8, {"peak_output_tok_s": 1000.0, "slo_goodput_tok_s": 400.0})
+    # 3.6 $/GPU-h x 8 GPUs = 28.8 $/h = 0.008 $/s; 1000 tok/s -> 8 $ per 1M tokens
+    assert c["peak"] == pytest.approx(8.0) and c["slo"] == pytest.approx(20.0)
+    assert r.cost_per_mtok(None, 8, {"peak_output_tok_s": 1000.0})["peak"] is None
+    assert r.cost_per_mtok(3.6, 8, {"peak_output_tok_s": 1000.0, "slo_goodput_tok_s": 0.0})["slo"] is None

@@ -245,3 +245,16 @@ def test_rank0_rendezvous_and_watchdog_lines_classify_as_nccl_timeout():
     )
     m = logclass.classify(text.splitlines())
     assert m is not None and m.cls == "nccl_timeout" and m.definitive
+
+
+def test_prefix_cache_counts_leading_blocks_seen_since_the_last_flush():
+    from sglang_sim.server import PrefixCache
+
+    pc = PrefixCache()
+    system = list(range(100, 164))  # 64 tokens = 4 blocks
+    assert pc.lookup_insert(system + [1] * 20) == 0
+    assert pc.lookup_insert(system + [2] * 20) == 64  # the shared system prompt
+    assert pc.lookup_insert([9] * 84) == 0
+    assert pc.hit_rate() == pytest.approx(64 / (3 * 84))
+    pc.flush()
+    assert pc.hit_rate() == 0.0 and pc.lookup_insert(system) == 0

@@ -1,0 +1,245 @@
+"""Request-rate mode: sglang_bench vs SGLang's own bench_serving --request-rate, same simulator.
+
+Both clients get the same seed, lengths (random ids, fixed: --random-range-ratio 1.0, bench_serving
+with --tokenize-prompt so both send input_ids), request rate and request count, against one
+simulated server (fixed decode step). The script prints, per rate, the ratios
+sglang_bench / bench_serving of output tok/s, median TTFT and median ITL.
+Targets (issue 14): output tok/s within 3 %, median TTFT and ITL within 5 %.
+
+Both draw Poisson arrivals (bench_serving 0.5.23: np.random.exponential(1 / rate) after each
+request; sglang_bench: random.gammavariate(1, 1 / rate), the same distribution from another
+generator), so at a finite rate the two clients send different samples of the same process: the
+realised arrival spans differ by about 1/sqrt(N) relative, and an open loop's tok/s follows its own
+schedule. The script therefore also prints each client's realised rate as the simulator saw it and
+the throughput ratio normalised by it (tok/s per offered req/s). Rate inf (every request at once,
+capped by --max-concurrency) has no sampling at all. For TTFT it prints what the simulator scheduled
+for each client's requests: a request's TTFT depends on where it lands in the decode step, so two
+clients whose requests land at different phases see different true TTFTs (a client whose timers
+fire only after it has read a step's chunks sends just after a step starts and waits longer).
+bench_serving 0.5.23 opens a new aiohttp session per request (async_request_sglang_generate), so its
+TTFT includes a TCP connect and its client overhead; the script prints measured - scheduled TTFT
+per client to show which of the two is closer to what the server did.
+
+    make bench-rate          # SGLANG_ORACLE_PY=.venv/sglang/bin/python benchmarks/bench_rate.py
+    python benchmarks/bench_rate.py --rates 20 inf --num-prompts 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "module_utils"), str(REPO), str(REPO / "benchmarks")]
+
+from bench_client import find_tokenizer, oracle_env, read_schedule, server_side_tok_s  # noqa: E402
+from sglang_layouts import bench  # noqa: E402
+
+from sglang_sim.launcher import SimProcess  # noqa: E402
+
+TOK_S_TARGET = 0.03
+LATENCY_TARGET = 0.05
+
+
+def run_bench_serving(oracle_py, url, args, rate, workdir, tokenizer):
+    out = Path(workdir) / f"bench_serving-{rate}.jsonl"
+    argv = [
+        oracle_py,
+        "-m",
+        "sglang.bench_serving",
+        "--backend",
+        "sglang",
+        "--base-url",
+        url,
+        "--dataset-name",
+        "random-ids",
+        "--random-input-len",
+        str(args.input_len),
+        "--random-output-len",
+        str(args.output_len),
+        "--random-range-ratio",
+        "1.0",
+        "--tokenize-prompt",
+        "--num-prompts",
+        str(args.num_prompts),
+        "--request-rate",
+        str(rate),
+        "--warmup-requests",
+        "1",
+        "--flush-cache",
+        "--tokenizer",
+        str(tokenizer),
+        "--output-file",
+        str(out),
+        "--seed",
+        str(args.seed),
+    ]
+    if args.max_concurrency:
+        argv += ["--max-concurrency", str(args.max_concurrency)]
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, env=oracle_env(), cwd=workdir, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0 or not out.is_file():
+        sys.exit(
+            f"bench_serving failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
+    row = json.loads([ln for ln in out.read_text().splitlines() if ln.strip()][-1])
+    row["_t0"] = t0
+    return row
+
+
+def realised_rate(entries):
+    """(n - 1) / (last arrival - first arrival) as the simulator stamped them."""
+    arr = sorted(e["arrival"] for e in entries)
+    return (len(arr) - 1) / (arr[-1] - arr[0]) if len(arr) > 1 and arr[-1] > arr[0] else None
+
+
+def ratio_line(name, ours, theirs, target):
+    if not ours or not theirs:
+        return f"   {name:<34} -", True
+    r = ours / theirs
+    ok = abs(r - 1) <= target
+    return (
+        f"   {name:<34} sglang_bench {ours:10.3f}  bench_serving {theirs:10.3f}  ratio {r:.4f} "
+        f"({100 * (r - 1):+.2f} %, target +-{100 * target:.0f} %) {'ok' if ok else 'MISSED'}",
+        ok,
+    )
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rates", nargs="+", default=["8", "inf"])
+    ap.add_argument("--num-prompts", type=int, default=240)
+    ap.add_argument("--input-len", type=int, default=64)
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=16,
+        help="cap of both clients (needed for inf); on a shared 2-core host bench_serving's own event loop "
+        "falls behind at 64 streams x 100 tok/s (its ITL collapses to ~0: chunks read in bulk)",
+    )
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--decode-step-ms", type=float, default=10.0)
+    args = ap.parse_args(argv)
+    oracle_py = os.environ.get("SGLANG_ORACLE_PY") or str(REPO / ".venv" / "sglang" / "bin" / "python")
+    if not Path(oracle_py).is_file():
+        sys.exit(f"no SGLang oracle python at {oracle_py}: run `make oracle`")
+    print(f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} (other processes share them)")
+    print(
+        f"settings: rates {args.rates} req/s, {args.num_prompts} requests per rate, input {args.input_len} / output "
+        f"{args.output_len} tokens (random ids, fixed), seed {args.seed}, max concurrency {args.max_concurrency}, "
+        f"simulator decode step {args.decode_step_ms:g} ms"
+    )
+    tokenizer = find_tokenizer(oracle_py)
+    all_ok = True
+    with tempfile.TemporaryDirectory(prefix="bench-rate-") as work:
+        log = Path(work) / "schedule.jsonl"
+        env = {
+            "SGLANG_SIM_SCHEDULE_LOG": str(log),
+            "SGLANG_SIM_DECODE_STEP_MS": str(args.decode_step_ms),
+            "SGLANG_SIM_PREFILL_MS_PER_TOKEN": "0",
+            "SGLANG_SIM_LOAD_SECONDS": "0.2",
+            "SGLANG_SIM_WARMUP_SECONDS": "0.1",
+        }
+        with SimProcess(
+            ["--tp-size", "8", "--max-running-requests", str(max(64, args.max_concurrency))],
+            env=env,
+            python=sys.executable,
+        ) as sim:
+            sim.wait_ready()
+            url = f"http://127.0.0.1:{sim.port}"
+            for rate_arg in args.rates:
+                rate = bench.parse_rate(rate_arg)
+                label = bench.rate_label(rate)
+                cfg = bench.make_config(
+                    url,
+                    concurrency=[],
+                    request_rates=[rate_arg],
+                    num_prompts=args.num_prompts,
+                    input_len=args.input_len,
+                    output_len=args.output_len,
+                    max_concurrency=args.max_concurrency,
+                    warmup=1,
+                    seed=args.seed,
+                    rid_prefix=f"rate-{label}",
+                    telemetry=False,
+                )
+                ours = bench.run_benchmark(cfg)["levels"][0]
+                time.sleep(0.5)
+                theirs = run_bench_serving(oracle_py, url, args, label, work, tokenizer)
+                time.sleep(0.5)
+                sched = read_schedule(log)
+                mine = [e for rid, e in sched.items() if rid.startswith(f"rate-{label}-") and "-r" in rid]
+                their = sorted(
+                    (
+                        e
+                        for rid, e in sched.items()
+                        if not rid.startswith(("rate-", "HEALTH_CHECK")) and e["arrival"] >= theirs["_t0"]
+                    ),
+                    key=lambda e: e["arrival"],
+                )[-args.num_prompts :]
+                r_ours, r_theirs = realised_rate(mine), realised_rate(their)
+                print(f"\nrate {label} req/s ({len(mine)} / {len(their)} requests seen by the simulator)")
+                for name, a, b, target in (
+                    ("output tok/s", ours["output_tok_s"], theirs["output_throughput"], TOK_S_TARGET),
+                    ("median TTFT ms", ours["ttft_ms"]["p50"], theirs["median_ttft_ms"], LATENCY_TARGET),
+                    ("median ITL ms", ours["itl_ms"]["p50"], theirs["median_itl_ms"], LATENCY_TARGET),
+                ):
+                    line, ok = ratio_line(name, a, b, target)
+                    print(line)
+                    all_ok = all_ok and ok
+                if not math.isinf(rate) and r_ours and r_theirs:
+                    print(
+                        f"   realised arrival rate (simulator):  sglang_bench {r_ours:.3f}  bench_serving "
+                        f"{r_theirs:.3f} req/s (asked {rate:g}; spread ~ +-{100 / math.sqrt(args.num_prompts):.1f} % "
+                        "for Poisson samples of this size)"
+                    )
+                    line, _ = ratio_line(
+                        "tok/s per realised req/s",
+                        ours["output_tok_s"] / r_ours,
+                        theirs["output_throughput"] / r_theirs,
+                        TOK_S_TARGET,
+                    )
+                    print(line)
+                ss_ours, ss_theirs = server_side_tok_s(mine), server_side_tok_s(their)
+                if ss_ours and ss_theirs:
+                    print(
+                        f"   tok/s as the simulator saw it (tokens / first arrival -> last token due): sglang_bench "
+                        f"{ss_ours:.1f}, bench_serving {ss_theirs:.1f} (ratio {ss_ours / ss_theirs:.4f}); each client's "
+                        f"own figure / this: sglang_bench {ours['output_tok_s'] / ss_ours:.4f}, bench_serving "
+                        f"{theirs['output_throughput'] / ss_theirs:.4f}"
+                    )
+                # which TTFT is right: what the simulator scheduled for each client's requests
+                sched_ttft = [
+                    statistics.median(
+                        1000 * (e["first_token"] - e["arrival"]) for e in es if e.get("first_token")
+                    )
+                    if es
+                    else float("nan")
+                    for es in (mine, their)
+                ]
+                print(
+                    f"   TTFT the simulator scheduled (first token due - request parsed), median: sglang_bench's "
+                    f"requests {sched_ttft[0]:.3f} ms, bench_serving's {sched_ttft[1]:.3f} ms; measured - scheduled: "
+                    f"sglang_bench {ours['ttft_ms']['p50'] - sched_ttft[0]:+.3f} ms, bench_serving "
+                    f"{theirs['median_ttft_ms'] - sched_ttft[1]:+.3f} ms (client and loopback overhead)"
+                )
+                lag = ours["schedule"]["send_lag_ms"]
+                print(
+                    f"   sglang_bench send lag vs its schedule: p50 {lag['p50']:.3f} ms, p99 {lag['p99']:.3f} ms, "
+                    f"max {ours['schedule']['send_lag_ms_max']:.3f} ms; warnings: {ours['warnings'] or 'none'}"
+                )
+    print("\nresult:", "targets met" if all_ok else "TARGET MISSED (see the lines marked MISSED)")
+    return 0 if all_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

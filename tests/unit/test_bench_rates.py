@@ -1,0 +1,491 @@
+"""Request-rate levels, datasets, SLOs, the SLO search and telemetry of the load generator.
+
+Real loopback HTTP (bench_fake_server); no timing targets (benchmarks/bench_rate.py prints those)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import stat
+import statistics
+from pathlib import Path
+
+import pytest
+from bench_fake_server import FakeServer
+from sglang_layouts import bench
+
+SHAREGPT = Path(__file__).resolve().parents[1] / "fixtures" / "sharegpt" / "small.json"
+
+# The format SGLang's /metrics serves (docs/references/production_metrics.md: HELP/TYPE lines, a
+# model_name label, per-rank series, histograms); two DP ranks here.
+SGLANG_METRICS = """\
+# HELP sglang:num_running_reqs The number of running requests.
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="meta-llama/Llama-3.1-8B-Instruct",tp_rank="0",dp_rank="0"} 3.0
+sglang:num_running_reqs{model_name="meta-llama/Llama-3.1-8B-Instruct",tp_rank="0",dp_rank="1"} 5.0
+# HELP sglang:num_queue_reqs The number of requests in the waiting queue.
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{model_name="meta-llama/Llama-3.1-8B-Instruct",tp_rank="0",dp_rank="0"} 1.0
+sglang:num_queue_reqs{model_name="meta-llama/Llama-3.1-8B-Instruct",tp_rank="0",dp_rank="1"} 0.0
+# HELP sglang:token_usage The token usage
+# TYPE sglang:token_usage gauge
+sglang:token_usage{model_name="meta-llama/Llama-3.1-8B-Instruct",tp_rank="0",dp_rank="0"} 0.28
+sglang:token_usage{model_name="meta-llama/Llama-3.1-8B-Instruct",tp_rank="0",dp_rank="1"} 0.41
+# HELP sglang:cache_hit_rate The cache hit rate
+# TYPE sglang:cache_hit_rate gauge
+sglang:cache_hit_rate{model_name="meta-llama/Llama-3.1-8B-Instruct",tp_rank="0",dp_rank="0"} 0.25
+sglang:cache_hit_rate{model_name="meta-llama/Llama-3.1-8B-Instruct",tp_rank="0",dp_rank="1"} 0.75
+# HELP sglang:gen_throughput The generation throughput (token/s).
+# TYPE sglang:gen_throughput gauge
+sglang:gen_throughput{model_name="meta-llama/Llama-3.1-8B-Instruct",tp_rank="0",dp_rank="0"} 812.5
+sglang:gen_throughput{model_name="meta-llama/Llama-3.1-8B-Instruct",tp_rank="0",dp_rank="1"} 787.5
+# HELP sglang:prompt_tokens_total Number of prefill tokens processed.
+# TYPE sglang:prompt_tokens_total counter
+sglang:prompt_tokens_total{model_name="meta-llama/Llama-3.1-8B-Instruct"} 8.128902e+06
+# HELP sglang:time_to_first_token_seconds Histogram of time to first token in seconds.
+# TYPE sglang:time_to_first_token_seconds histogram
+sglang:time_to_first_token_seconds_sum{model_name="meta-llama/Llama-3.1-8B-Instruct"} 2.3518979474117756e+06
+sglang:time_to_first_token_seconds_bucket{le="0.001",model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.0
+sglang:time_to_first_token_seconds_bucket{le="+Inf",model_name="meta-llama/Llama-3.1-8B-Instruct"} 11008.0
+"""
+
+
+# ---------------------------------------------------------------- arrival schedule
+
+
+def test_poisson_schedule_is_seeded_and_has_the_asked_mean_rate():
+    a = bench.arrival_offsets(4.0, 1.0, "s", num_prompts=4000)
+    assert a == bench.arrival_offsets(4.0, 1.0, "s", num_prompts=4000)
+    assert a != bench.arrival_offsets(4.0, 1.0, "other", num_prompts=4000)
+    gaps = [b - x for x, b in itertools.pairwise(a)]
+    assert a[0] == 0.0 and len(a) == 4000
+    assert statistics.mean(gaps) == pytest.approx(0.25, rel=0.06)
+    # exponential gaps: coefficient of variation 1; gamma with burstiness 4 is more regular (CV 1/2)
+    assert statistics.pstdev(gaps) / statistics.mean(gaps) == pytest.approx(1.0, abs=0.08)
+    g = bench.arrival_offsets(4.0, 4.0, "s", num_prompts=4000)
+    ggaps = [b - x for x, b in itertools.pairwise(g)]
+    assert statistics.mean(ggaps) == pytest.approx(0.25, rel=0.06)
+    assert statistics.pstdev(ggaps) / statistics.mean(ggaps) == pytest.approx(0.5, abs=0.06)
+
+
+def test_inf_is_all_at_once_and_duration_bounds_the_arrivals():
+    assert bench.arrival_offsets(math.inf, 1.0, "s", num_prompts=5) == [0.0] * 5
+    d = bench.arrival_offsets(50.0, 1.0, "s", duration_s=2.0)
+    assert max(d) < 2.0 and 60 < len(d) < 140
+
+
+# ---------------------------------------------------------------- refused before any request
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"request_rates": [0]}, "rate must be a number of requests/s > 0"),
+        ({"request_rates": [2, -1]}, "> 0 or 'inf'"),
+        ({"request_rates": ["fast"]}, "'fast'"),
+        ({"request_rates": [True]}, "> 0"),
+        ({"burstiness": 0}, "burstiness"),
+        ({"max_concurrency": 0}, "max_concurrency"),
+        ({"concurrency": [], "request_rates": []}, "concurrency"),
+        ({"request_rates": ["inf"], "duration_s": 5}, "inf sends every request at once"),
+        ({"slo": {"ttft_p99": 100}}, "slo key 'ttft_p99' does not exist"),
+        ({"slo": {"latency_ms": 100}}, "slo key 'latency_ms' does not exist"),
+        ({"slo": {"ttft_p99_ms": 0}}, "milliseconds > 0"),
+        ({"slo": {"percentile": 99}}, "no threshold"),
+        ({"slo": {"ttft_p99_ms": 100, "search_steps": 3}}, "need search: true"),
+        ({"dataset": {"name": "lmsys"}}, "dataset name must be one of"),
+        ({"dataset": {"name": "random", "range_ratio": 0.5}}, "has no option range_ratio"),
+        ({"dataset": {"name": "random-range", "range_ratio": 1.5}}, "range_ratio"),
+        ({"dataset": {"name": "sharegpt"}}, "needs path"),
+        ({"dataset": {"name": "sharegpt", "path": "/nonexistent/x.json"}}, "cannot read"),
+        (
+            {
+                "dataset": {"name": "shared-prefix", "prefix_len": 4000, "input_len": 100},
+                "context_length": 4096,
+            },
+            "longer than the context",
+        ),
+    ],
+)
+def test_bad_input_is_refused_with_a_clear_message(kwargs, needle):
+    with pytest.raises(bench.BenchError, match=needle.replace("(", r"\(").replace("'", "'")):
+        bench.make_config("http://127.0.0.1:1", **{"output_len": 8, **kwargs})
+
+
+def test_sharegpt_that_does_not_parse_or_holds_nothing_usable_is_refused(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"conversations": [')
+    with pytest.raises(bench.BenchError, match="not valid JSON"):
+        bench.make_config("http://127.0.0.1:1", dataset={"name": "sharegpt", "path": str(bad)})
+    empty = tmp_path / "empty.json"
+    empty.write_text(
+        json.dumps([{"id": "x", "conversations": [{"from": "human", "value": "hi"}]}, {"id": "y"}])
+    )
+    with pytest.raises(bench.BenchError, match="no usable conversation"):
+        bench.make_config("http://127.0.0.1:1", dataset={"name": "sharegpt", "path": str(empty)})
+
+
+def test_prompts_longer_than_the_servers_context_are_refused_before_any_request():
+    with FakeServer(context_length=64) as srv:
+        cfg = bench.make_config(srv.url, concurrency=[1], input_len=60, output_len=8)
+        with pytest.raises(bench.BenchError, match="longer than the server's context"):
+            bench.run_benchmark(cfg)
+        assert srv.state.count == 0 and srv.state.flushes == 0
+
+
+# ---------------------------------------------------------------- rate levels on a real server
+
+
+def test_rate_level_sends_on_its_schedule_and_records_it():
+    with FakeServer(step_s=0.002, first_s=0.005) as srv:
+        cfg = bench.make_config(
+            srv.url,
+            concurrency=[],
+            request_rates=[40, "inf"],
+            num_prompts=12,
+            input_len=8,
+            output_len=4,
+            warmup=0,
+        )
+        lines = []
+        out = bench.run_benchmark(cfg, progress=lines.append, keep_requests=True)
+    rate, inf = out["levels"]
+    assert (rate["mode"], rate["request_rate"], rate["concurrency"]) == ("rate", 40.0, None)
+    assert inf["request_rate"] == "inf" and out["config"]["request_rates"] == [40.0, "inf"]
+    assert rate["completed"] == 12 and inf["completed"] == 12
+    sched = rate["schedule"]
+    assert sched["offsets_s"] == [
+        round(o, 6) for o in bench.arrival_offsets(40.0, 1.0, sched["seed"], num_prompts=12)
+    ]
+    # every request left at (or just after) its scheduled time: the server saw the schedule's spacing
+    arrivals = sorted(e["arrival"] for e in srv.state.log if "-l0-" in e["rid"])
+    server_span = arrivals[-1] - arrivals[0]
+    assert server_span == pytest.approx(sched["offsets_s"][-1], abs=0.03)
+    assert all(r["send_lag_ms"] is not None and r["send_lag_ms"] >= 0 for r in rate["requests"])
+    assert set(rate["send_lag_ms"]) == {"mean", "p50", "p90", "p99"}
+    assert inf["schedule"]["offsets_s"] == [0.0] * 12
+    assert [ln.split(":")[0] for ln in lines] == [
+        "level r=40 start",
+        "level r=40 done",
+        "level r=inf start",
+        "level r=inf done",
+        "bench finished",
+    ]
+    assert rate["goodput_tok_s"] is None and rate["slo_met"] is None  # no SLO given
+    assert out["summary"]["peak_request_rate"] in (40.0, "inf")
+    json.dumps(out, allow_nan=False)  # strict JSON: inf is the string "inf"
+
+
+def test_max_concurrency_caps_requests_in_flight_and_the_wait_shows_as_send_lag():
+    with FakeServer(step_s=0.005, first_s=0.005) as srv:
+        cfg = bench.make_config(
+            srv.url,
+            concurrency=[],
+            request_rates=["inf"],
+            max_concurrency=2,
+            num_prompts=6,
+            input_len=4,
+            output_len=4,
+            warmup=0,
+        )
+        out = bench.run_benchmark(cfg)
+    lv = out["levels"][0]
+    assert srv.state.max_inflight == 2 and lv["concurrency"] == 2 and lv["max_concurrency"] == 2
+    assert lv["completed"] == 6
+    # the last pair waited for two earlier pairs (~2 x 25 ms)
+    assert lv["schedule"]["send_lag_ms_max"] > 30
+    assert lv["schedule"]["client_lag_ms"]["p99"] < lv["schedule"]["send_lag_ms_max"]
+
+
+def test_a_client_that_cannot_keep_up_says_so():
+    late = {
+        "client_lag_ms": {"mean": 30.0, "p50": 30.0, "p90": 40.0, "p99": 45.0},
+        "client_lag_ms_max": 50.0,
+        "achieved_request_rate": 60.0,
+        "scheduled_request_rate": 100.0,
+    }
+    warnings = bench._schedule_warnings(100.0, late)
+    assert any("could not keep up" in w for w in warnings)
+    assert any("below 95%" in w for w in warnings)
+    on_time = dict(late, client_lag_ms={"p99": 0.5}, achieved_request_rate=99.0)
+    assert bench._schedule_warnings(100.0, on_time) == []
+
+
+# ---------------------------------------------------------------- workloads
+
+
+def test_random_range_lengths_stay_in_their_range():
+    with FakeServer(step_s=0.001, first_s=0.002) as srv:
+        cfg = bench.make_config(
+            srv.url,
+            concurrency=[4],
+            num_prompts=24,
+            warmup=0,
+            dataset={"name": "random-range", "input_len": 40, "output_len": 10, "range_ratio": 0.5},
+        )
+        out = bench.run_benchmark(cfg)
+    ins = [len(b["input_ids"]) for b in srv.state.bodies]
+    outs = [b["sampling_params"]["max_new_tokens"] for b in srv.state.bodies]
+    assert all(20 <= n <= 40 for n in ins) and len(set(ins)) > 3
+    assert all(5 <= n <= 10 for n in outs) and len(set(outs)) > 1
+    lv = out["levels"][0]
+    assert lv["prompt_tokens"] == sum(ins) and lv["output_tokens"] == sum(outs)
+    assert not any("fewer tokens" in w for w in lv["warnings"])
+
+
+@pytest.mark.parametrize("api", ["generate", "chat"])
+def test_sharegpt_prompts_are_the_files_text_and_counts_the_servers(api):
+    rows = json.loads(SHAREGPT.read_text())
+    firsts = {r["conversations"][0]["value"] for r in rows if len(r.get("conversations") or []) >= 2}
+    with FakeServer(step_s=0.001, first_s=0.002) as srv:
+        cfg = bench.make_config(
+            srv.url,
+            api=api,
+            concurrency=[2],
+            num_prompts=6,
+            warmup=0,
+            dataset={"name": "sharegpt", "path": str(SHAREGPT), "output_len": 3},
+        )
+        assert cfg["dataset"]["conversations"] == 40 and cfg["dataset"]["digest"].startswith("sha256:")
+        out = bench.run_benchmark(cfg)
+    texts = [b["text"] if api == "generate" else b["messages"][0]["content"] for b in srv.state.bodies]
+    assert all(t in firsts for t in texts)
+    lv = out["levels"][0]
+    assert lv["prompt_tokens"] == sum(len(t.split()) for t in texts)  # what the server counted
+    assert lv["output_tokens"] == 6 * 3 and "_pairs" not in out["config"]
+
+
+def test_shared_prefix_groups_share_their_system_prompt():
+    with FakeServer(step_s=0.001, first_s=0.002) as srv:
+        cfg = bench.make_config(
+            srv.url,
+            concurrency=[2],
+            num_prompts=8,
+            warmup=0,
+            context_length=64,
+            dataset={
+                "name": "shared-prefix",
+                "num_groups": 2,
+                "prefix_len": 16,
+                "input_len": 8,
+                "output_len": 4,
+            },
+        )
+        bench.run_benchmark(cfg)
+    by_rid = {b["rid"]: b["input_ids"] for b in srv.state.bodies}
+    ids = [by_rid[f"{cfg['rid_prefix']}-l0-r{i}"] for i in range(8)]
+    assert all(len(x) == 24 for x in ids)
+    assert ids[0][:16] == ids[2][:16] == ids[4][:16] != ids[1][:16]
+    assert ids[0][16:] != ids[2][16:]
+
+
+# ---------------------------------------------------------------- SLO, goodput, search
+
+
+def test_goodput_and_slo_met_follow_the_thresholds():
+    with FakeServer(step_s=0.002, first_s=0.01) as srv:
+        loose = bench.make_config(
+            srv.url,
+            concurrency=[2],
+            num_prompts=6,
+            output_len=4,
+            input_len=4,
+            warmup=0,
+            slo={"ttft_p99_ms": 5000},
+        )
+        strict = dict(loose, slo=bench.make_slo({"ttft_p99_ms": 1, "itl_p99_ms": 5000}))
+        a = bench.run_benchmark(loose)["levels"][0]
+        b = bench.run_benchmark(strict)["levels"][0]
+    assert a["slo_met"] is True and a["goodput_tok_s"] == pytest.approx(a["output_tok_s"])
+    assert a["goodput_req_s"] == pytest.approx(a["request_s"])
+    assert (
+        b["slo_met"] is False
+        and b["goodput_tok_s"] == 0.0
+        and b["slo"]["met"]
+        == {
+            "ttft_p99_ms": False,
+            "itl_p99_ms": True,
+        }
+    )
+    assert b["slo"]["observed"]["ttft_p99_ms"] == pytest.approx(b["ttft_ms"]["p99"])
+
+
+def test_goodput_counts_only_requests_meeting_every_threshold():
+    def req(ttft, n=5, gap=0.01):
+        return {
+            "ok": True,
+            "completion_tokens": n,
+            "prompt_tokens": 4,
+            "ttft": ttft,
+            "e2e": ttft + gap * (n - 1),
+            "itl": [gap] * (n - 1),
+            "token_source": "server",
+            "error": None,
+        }
+
+    slo = bench.make_slo({"ttft_ms": 100, "tpot_p90_ms": 20, "percentile": 50})
+    cfg = {"output_len": 5, "slo": slo}
+    level = bench.summarize_level(cfg, 2, [req(0.05), req(0.05, gap=0.03), req(0.5)], 2.0, 4)
+    assert level["slo"]["good"] == 1 and level["goodput_tok_s"] == pytest.approx(5 / 2.0)
+    assert level["goodput_req_s"] == pytest.approx(0.5)
+    # one of four requests failed: error rate 0.25 > max_error_rate 0
+    assert level["slo_met"] is False and level["slo"]["error_rate"] == 0.25
+
+
+def _fake_level(rate, capacity):
+    return {"request_rate": bench.rate_json(rate), "slo_met": rate <= capacity}
+
+
+@pytest.mark.parametrize("capacity", [0.3, 3.7, 11.0, 100.0])
+def test_slo_search_bisects_to_the_highest_rate_meeting_the_slo_within_its_steps(capacity):
+    cfg = {
+        "slo": bench.make_slo({"ttft_p99_ms": 1, "search": True, "search_steps": 8, "search_max_rate": 64})
+    }
+    ladder = [_fake_level(r, capacity) for r in (1.0, 2.0, 4.0, 8.0, math.inf)]
+    tried = []
+
+    def run(rate, step):
+        tried.append(rate)
+        return _fake_level(rate, capacity)
+
+    out = bench.slo_search(cfg, ladder, run)
+    assert len(tried) <= 8
+    best = out["slo_max_rate"]
+    if capacity >= 64:
+        assert best == 64
+    else:
+        assert (best is not None and best <= capacity and best >= 0.9 * capacity) or (
+            best is None and capacity < 0.5
+        )
+    lo, hi = out["bracket"]
+    assert lo == best and (hi is None or hi > capacity)
+
+
+def test_slo_search_stops_when_inf_met():
+    cfg = {"slo": bench.make_slo({"e2e_p99_ms": 1, "search": True})}
+    out = bench.slo_search(cfg, [_fake_level(math.inf, math.inf)], lambda r, s: pytest.fail("no step"))
+    assert out["slo_max_rate"] == "inf" and out["steps"] == []
+
+
+def test_slo_search_runs_through_the_benchmark_and_is_recorded():
+    with FakeServer(step_s=0.002, first_s=0.005) as srv:
+        cfg = bench.make_config(
+            srv.url,
+            concurrency=[],
+            request_rates=[20],
+            num_prompts=4,
+            input_len=4,
+            output_len=3,
+            warmup=0,
+            slo={"ttft_p99_ms": 5000, "search": True, "search_steps": 2, "search_max_rate": 80},
+        )
+        lines = []
+        out = bench.run_benchmark(cfg, progress=lines.append)
+    search = out["summary"]["slo_search"]
+    assert search["steps"] == [40.0, 80.0] and search["slo_max_rate"] == 80.0
+    assert out["summary"]["slo_max_rate"] == 80.0
+    assert [lv.get("phase") for lv in out["levels"]] == [None, "slo_search", "slo_search"]
+    assert [lv.get("search_step") for lv in out["levels"][1:]] == [1, 2]
+    assert "slo search done: max rate 80 req/s" in lines[-2]
+
+
+# ---------------------------------------------------------------- telemetry
+
+
+def test_prometheus_parsing_of_sglangs_format():
+    parsed = bench.parse_prometheus(SGLANG_METRICS)
+    assert parsed["sglang:num_running_reqs"][1] == (
+        {"model_name": "meta-llama/Llama-3.1-8B-Instruct", "tp_rank": "0", "dp_rank": "1"},
+        5.0,
+    )
+    assert parsed["sglang:prompt_tokens_total"][0][1] == 8.128902e06
+    assert parsed["sglang:time_to_first_token_seconds_bucket"][1][0]["le"] == "+Inf"
+    sample = bench.server_sample(parsed)
+    assert sample == {
+        "num_running_reqs": 8.0,
+        "num_queue_reqs": 1.0,
+        "token_usage": 0.41,
+        "cache_hit_rate": 0.5,
+        "gen_throughput": 1600.0,
+    }
+    assert bench.server_sample(bench.parse_prometheus('x{a="q\\"uo,te}"} 1\n'))["num_running_reqs"] is None
+
+
+def _fake_nvidia_smi(tmp_path, lines):
+    script = tmp_path / "nvidia-smi"
+    body = "\n".join(f"echo '{ln}'" for ln in lines)
+    script.write_text(f"#!/bin/sh\nwhile true; do\n{body}\nsleep 0.05\ndone\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return str(script)
+
+
+def test_telemetry_per_level_server_and_gpus(tmp_path, monkeypatch):
+    monkeypatch.setenv(
+        "SGLANG_BENCH_NVIDIA_SMI", _fake_nvidia_smi(tmp_path, ["0, 1000, 50, 300.5", "1, 2000, [N/A], [N/A]"])
+    )
+    with FakeServer(step_s=0.01, first_s=0.01, metrics=SGLANG_METRICS) as srv:
+        cfg = bench.make_config(
+            srv.url,
+            concurrency=[2],
+            num_prompts=6,
+            output_len=10,
+            input_len=4,
+            warmup=0,
+            telemetry_interval=0.05,
+        )
+        out = bench.run_benchmark(cfg)
+        assert srv.state.metrics_scrapes >= 2
+    tele = out["levels"][0]["telemetry"]
+    server = tele["server"]
+    assert server["available"] and server["samples"] >= 2 and server["error"] is None
+    assert server["metrics"]["num_running_reqs"] == {"mean": 8.0, "max": 8.0}
+    assert server["metrics"]["cache_hit_rate"]["max"] == 0.5
+    gpus = tele["gpu"]["gpus"]
+    assert [g["index"] for g in gpus] == [0, 1] and tele["gpu"]["source"] == "nvidia-smi"
+    assert (
+        gpus[0]["memory_used_mib"] == {"mean": 1000.0, "max": 1000.0} and gpus[0]["power_w"]["max"] == 300.5
+    )
+    # not measured is null, never 0
+    assert gpus[1]["utilization_pct"] == {"mean": None, "max": None}
+
+
+def test_telemetry_without_gpus_or_metrics_says_absent(monkeypatch):
+    monkeypatch.setenv("SGLANG_BENCH_NVIDIA_SMI", "/nonexistent/nvidia-smi")
+    with FakeServer(step_s=0.001, first_s=0.002) as srv:
+        cfg = bench.make_config(srv.url, concurrency=[1], num_prompts=2, output_len=3, input_len=4, warmup=0)
+        out = bench.run_benchmark(cfg)
+    tele = out["levels"][0]["telemetry"]
+    assert tele["gpu"] == "absent"
+    assert tele["server"]["available"] is False and "404" in tele["server"]["error"]
+    assert tele["server"]["metrics"]["num_running_reqs"] == {"mean": None, "max": None}
+    off = bench.make_config("http://127.0.0.1:1", telemetry=False)
+    assert off["telemetry"] is False
+    assert os.environ["SGLANG_BENCH_NVIDIA_SMI"] == "/nonexistent/nvidia-smi"
+
+
+def test_a_between_levels_check_stops_the_ladder_and_the_search(monkeypatch):
+    monkeypatch.setattr(bench, "keep_going", lambda cfg, level: level.get("request_rate") != 20.0)
+    with FakeServer(step_s=0.001, first_s=0.002) as srv:
+        cfg = bench.make_config(
+            srv.url,
+            concurrency=[1],
+            request_rates=[20, 40],
+            num_prompts=2,
+            input_len=4,
+            output_len=2,
+            warmup=0,
+            slo={"ttft_p99_ms": 5000, "search": True},
+        )
+        out = bench.run_benchmark(cfg)
+    assert [lv["request_rate"] for lv in out["levels"]] == [None, 20.0]
+    assert "slo_search" not in out["summary"]
+    calls = []
+    search = bench.slo_search(
+        {"slo": bench.make_slo({"ttft_p99_ms": 1, "search": True})},
+        [],
+        lambda r, s: calls.append(r) or {"request_rate": r, "slo_met": True},
+        keep_going=lambda lv: False,
+    )
+    assert calls == [1.0] and search["stopped"] == "stopped between levels"
