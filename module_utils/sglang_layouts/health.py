@@ -478,7 +478,7 @@ def wait_ready(
     ready_line = bool(resume.get("ready_line"))
     kv_seen: list[int] = list(resume.get("kv_seen", []))
     phases: dict[str, float] = dict(resume.get("phases", {}))
-    phase = resume.get("phase", "loading")
+    phase = resume.get("phase", "launching")  # before the first start-up line
     figures: dict[str, float] = dict(resume.get("figures", {}))
     if resume.get("position"):
         follower.seek(resume["position"])
