@@ -288,7 +288,7 @@ class Prober(threading.Thread):
 
 def redact(obj):
     if isinstance(obj, dict):
-        return {k: ("********" if k in REDACT_KEYS and v else redact(v)) for k, v in obj.items()}
+        return {k: ("***" if k in REDACT_KEYS and v else redact(v)) for k, v in obj.items()}
     if isinstance(obj, list):
         return [redact(v) for v in obj]
     return obj
