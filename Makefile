@@ -15,6 +15,10 @@ SGLANG_VERSION := $(shell awk -F'"' '/^sglang_version:/{print $$2}' group_vars/a
 COLLECTIONS := $(VENV)/collections
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLLECTIONS)
+# Task timings only where the collection that has them is installed (ansible.cfg says why).
+ifneq ($(wildcard $(COLLECTIONS)/ansible_collections/ansible/posix/plugins/callback/profile_tasks.py),)
+export ANSIBLE_CALLBACKS_ENABLED ?= ansible.posix.profile_tasks
+endif
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0

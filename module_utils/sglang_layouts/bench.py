@@ -1007,6 +1007,31 @@ def check_reachable(cfg, api_key=None):
         raise BenchError(f"server at {cfg['url']} is not ready: GET /health answered HTTP {status}")
 
 
+def level_server_died(cfg, level, api_key=None, timeout=5.0):
+    """After a level with failed requests: is the server gone? Then the ladder stops there (the
+    next levels would only count failures against a dead server). None while GET /health answers."""
+    if not level.get("failed"):
+        return None
+    try:
+        status, _ = http_json(cfg["url"] + "/health", api_key=api_key, timeout=timeout)
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        hung = isinstance(reason, TimeoutError) or "timed out" in str(reason)
+        what = f"no answer to GET /health within {timeout:g} s (hung)" if hung else f"GET /health: {reason}"
+        return {
+            "concurrency": level["concurrency"],
+            "hung": hung,
+            "detail": f"the server died during concurrency {level['concurrency']} ({what})",
+        }
+    if status == 200:
+        return None
+    return {
+        "concurrency": level["concurrency"],
+        "hung": False,
+        "detail": f"the server stopped serving during concurrency {level['concurrency']} (GET /health: HTTP {status})",
+    }
+
+
 def run_benchmark(cfg, api_key=None, progress=None, keep_requests=False):
     """Run every level of cfg; returns {"summary", "levels", "config", "server", "formulas"}."""
     cfg = dict(cfg)
@@ -1015,9 +1040,16 @@ def run_benchmark(cfg, api_key=None, progress=None, keep_requests=False):
     server = discover(cfg, api_key)
     levels = []
     t0 = time.time()
+    died = None
     for i in range(len(cfg["concurrency"])):
         levels.append(asyncio.run(run_level(cfg, i, progress, keep_requests)))
+        died = level_server_died(cfg, levels[-1], api_key)
+        if died:
+            # "bench failed:" also ends the playbook's wait for the levels that will not run
+            _say(progress, f"bench failed: {died['detail']}; levels after c={died['concurrency']} not run")
+            break
     summary = summarize(levels, cfg["knee_fraction"])
+    summary["server_died"] = died
     mrr = server.get("max_running_requests")
     if isinstance(mrr, int) and mrr > 0:
         over = [c for c in cfg["concurrency"] if c > mrr]
