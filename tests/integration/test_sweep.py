@@ -4,8 +4,12 @@ process supervisor, real HTTP): records, resume, forced re-run, facts read back 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import tempfile
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -154,3 +158,78 @@ def test_bench_playbook_measures_the_deployed_layout(run_playbook, tmp_path, run
     assert rec["health"]["layout"] == "tp8" and rec["prediction"]["kv_tokens"] > 0
     assert (results / "bench-it" / "REPORT.md").exists()
     assert fact_cache(r2, "seed-box")["sglang_bench"]["record"].endswith("bench-it/seed-box/tp8.json")
+
+
+def _kill_engine_at(run_dir: Path, unit: str, needle: str, stop: threading.Event) -> None:
+    """SIGKILL the engine (not its supervisor) as soon as a benchmark progress line holds needle."""
+    from sglang_layouts import supervisor
+
+    while not stop.is_set():
+        for progress in (run_dir / "bench").glob("*.progress"):
+            if needle in progress.read_text():
+                pgid = supervisor.read_pid(str(run_dir), unit)
+                for pid in supervisor.group_members(pgid):
+                    if pid != pgid:
+                        os.kill(pid, signal.SIGKILL)
+                return
+        time.sleep(0.05)
+
+
+def test_engine_killed_mid_benchmark_is_one_record_with_the_levels_before(run_playbook, tmp_path, run_dir):
+    """issue 15's fault: the engine SIGKILLed during tp8's concurrency-16 level."""
+    results = tmp_path / "results"
+    stop = threading.Event()
+    killer = threading.Thread(
+        target=_kill_engine_at, args=(run_dir, "sglang-kimi-k2-6-tp8.service", "level c=16 start", stop)
+    )
+    killer.start()
+    try:
+        r = run_playbook(
+            "sweep.yml",
+            extravars={
+                **BENCH,
+                "sglang_bench_concurrency": [1, 4, 16, 64],
+                "run_id": "killed",
+                "sglang_layouts": LAYOUTS,
+                "sglang_results_dir": str(results),
+                "sglang_run_dir": str(run_dir),
+            },
+        )
+    finally:
+        stop.set()
+        killer.join()
+    # the oom and invalid layouts are skipped, tp8 failed: nothing measured, the sweep says so
+    assert r.status == "failed" and any("No layout of run killed could be measured" in m for m in failed_messages(r))
+    recs = _records(results / "killed" / "seed-box")
+    assert sorted(recs) == ["tp2ep4.json", "tp4ep2.json", "tp8.json"]  # one record, no attempt 2
+    rec = recs["tp8.json"]
+    assert rec["status"] == "failed" and rec["failure_class"] == "crashed", rec["failure_class"]
+    assert [lv["concurrency"] for lv in rec["levels"]] == [1, 4, 16]  # stopped where it died
+    assert rec["levels"][1]["completed"] == 8 and rec["levels"][2]["completed"] == 0
+    assert rec["evidence"]["server_died"]["concurrency"] == 16
+    assert "signal 9" in str(rec["evidence"]["exit_status"]) and rec["evidence"]["log_tail"]
+    assert rec["msg"].startswith("the server died during concurrency 16")
+    row = {x["layout"]: x for x in json.loads((results / "killed" / "summary.json").read_text())["rows"]}["tp8"]
+    assert row["status_code"] == "failed" and row["failure_class"] == "crashed" and row["peak_tok_s"]  # the measured levels are in the report
+    # nothing left running
+    assert not list(run_dir.glob("*.pid")) or all(
+        not supervisor_running(run_dir, p.stem) for p in run_dir.glob("*.pid")
+    )
+
+
+def supervisor_running(run_dir: Path, name: str) -> bool:
+    from sglang_layouts import supervisor
+
+    return supervisor.status(str(run_dir), name)["running"]
+
+
+def test_bad_run_level_inputs_stop_before_any_host(run_playbook, tmp_path, run_dir):
+    """A run id with a slash, a results dir that cannot be written: refused on the controller, no host touched."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    base = {"sglang_layouts": LAYOUTS[:1], "sglang_run_dir": str(run_dir)}
+    r = run_playbook("sweep.yml", extravars={**base, "run_id": "a/b", "sglang_results_dir": str(tmp_path / "res")})
+    assert r.status == "failed" and any("run id 'a/b' cannot name a results folder" in m for m in failed_messages(r))
+    r = run_playbook("sweep.yml", extravars={**base, "run_id": "ok1", "sglang_results_dir": str(blocker / "res")})
+    assert r.status == "failed" and any(str(blocker) in m for m in failed_messages(r)), failed_messages(r)
+    assert list(run_dir.iterdir()) == []  # no engine file, no process, no log
