@@ -122,6 +122,30 @@ def test_api_key_reaches_argv_only_and_is_masked_in_the_log(run_dir):
     assert "${SGLANG_API_KEY}" in spec["argv"]
 
 
+def test_api_key_config_file_and_secret_env_stay_off_argv_and_out_of_the_files(run_dir):
+    """SGLang's --config file carries the key (0600, gone when the engine exits); secret variables
+    reach the engine's environment through the wrapper only; the log shows ***."""
+    key, token = "s3cret-canary-key", "hf_canary_token"
+    code = (
+        "import json, os, stat, sys; p = sys.argv[2]; print('argv', sys.argv[1:]); "
+        "print('cfg', json.load(open(p))['api_key'][::-1], oct(stat.S_IMODE(os.stat(p).st_mode))); "
+        "print('token', os.environ.get('HF_TOKEN'))"
+    )
+    supervisor.start(
+        str(run_dir), "c", [PY, "-c", code, "--config", "${SGLANG_API_KEY_CONFIG}"], api_key=key,
+        secret_env={"HF_TOKEN": token},
+    )
+    assert wait_for(lambda: supervisor.status(str(run_dir), "c")["exit"] is not None)
+    log = log_text(run_dir, "c")
+    # the file held the key (printed reversed, so the mask does not hide it), mode 0600
+    assert "--config" in log and key not in log and f"cfg {key[::-1]} 0o600" in log
+    assert "token ***" in log  # the engine had the token; the log masks it
+    for f in run_dir.iterdir():
+        text = f.read_text(errors="replace")
+        assert key not in text and token not in text, f
+    assert not list(run_dir.glob("*.key.yaml"))  # removed when the engine exited
+
+
 def test_check_mode_changes_nothing(run_dir):
     r = supervisor.ensure("started", str(run_dir), "c", argv=SLEEPER, check_mode=True)
     assert r["changed"]
