@@ -26,7 +26,7 @@ export PY_COLORS := 0
 INVENTORY ?= inventory/demo
 S ?=
 
-.PHONY: help venv oracle vllm vllm-flags test-vllm router plan sweep report sim test lint unit integration conformance molecule bench-sim bench-client bench-health bench-plan flags clean
+.PHONY: help venv oracle vllm vllm-flags test-vllm router plan sweep report sim test lint unit integration conformance molecule bench-sim bench-client bench-health bench-plan flags reliability clean
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -76,6 +76,9 @@ conformance: $(STAMP) $(ORACLE_STAMP) ## SGLang's own parser and bench_serving a
 
 molecule: $(STAMP) ## Molecule scenarios on real systemd containers (podman): make molecule [S=name]
 	ci/molecule.sh $(S)
+
+reliability: $(STAMP) ## docs/reliability.md's bad inputs and faults, each run by its tests: PASS/FAIL and counts
+	$(PY) ci/reliability.py
 
 flags: $(ORACLE_STAMP) ## regenerate the pinned SGLang's flag list from its real parser
 	$(ORACLE_PY) ci/dump_sglang_flags.py > module_utils/sglang_layouts/data/sglang_flags.json.tmp

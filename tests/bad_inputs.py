@@ -2,8 +2,8 @@
 
 One table, three readers: tests/unit/test_bad_inputs.py runs each case through the planner,
 tests/integration/test_plan.py runs the plan.yml cases through ansible-runner in one run (one
-inventory host per case), and ci/reliability.py prints the table with pass/fail counts
-(docs/reliability.md explains it).
+inventory host per case), and ci/reliability.py writes them into docs/reliability.md and
+prints that table with pass/fail counts (make reliability).
 
 expect:
   error      the planner (so plan.yml, deploy.yml and sweep.yml) stops with a message holding `needles`
@@ -31,6 +31,8 @@ class Case:
     # files the case needs, written into a temporary folder whose path replaces {tmp}
     files: dict = field(default_factory=dict)
     check: dict = field(default_factory=dict)
+    # further tests of the same input on another path (deploy.yml, a molecule host)
+    also: list = field(default_factory=list)
 
 
 def _lay(**kw):
@@ -52,6 +54,9 @@ CASES = [
         {"sglang_layouts": _lay(env={"FOO": "bar\nExecStartPre=/bin/touch /tmp/pwned2"})},
         "error",
         ["layout tp8", "env.FOO", "a newline", "one line"],
+        also=[
+            "tests/integration/test_service_process.py::test_bad_deploys_change_nothing_and_the_running_layout_keeps_running"
+        ],
     ),
     Case(
         "space-in-env-name",
@@ -73,6 +78,9 @@ CASES = [
         {"sglang_layouts": [{"name": "a b", "tp": 8}, {"name": "a-b", "tp": 8}]},
         "error",
         ["'a b'", "'a-b'", "sglang-kimi-k2-6-a-b.service", "Rename one"],
+        also=[
+            "tests/integration/test_service_process.py::test_bad_deploys_change_nothing_and_the_running_layout_keeps_running"
+        ],
     ),
     Case(
         "port-collision",
@@ -112,7 +120,12 @@ CASES = [
     Case(
         "newline-in-model-name",
         "a newline in sglang_model.name",
-        {"sglang_model": {"name": "kimi\nUser=root", "hf_config_file": "{repo}/models/kimi-k2.6/config.json"}},
+        {
+            "sglang_model": {
+                "name": "kimi\nUser=root",
+                "hf_config_file": "{repo}/models/kimi-k2.6/config.json",
+            }
+        },
         "error",
         ["sglang_model:", "name contains a newline"],
     ),
@@ -366,10 +379,32 @@ CASES = [
     ),
 ]
 
-# Run-level inputs that the planner does not see: tests/integration/test_sweep.py checks them.
-SWEEP_CASES = [
-    ("run-id-with-slash", "a run id with a slash (-e run_id=a/b)", "test_sweep.py::test_bad_run_level_inputs_stop_before_any_host"),
-    ("results-dir-not-writable", "a results dir that cannot be written", "test_sweep.py::test_bad_run_level_inputs_stop_before_any_host"),
+# Inputs the planner does not see, tested where they are refused: (id, what, expect, tests).
+OTHER_CASES = [
+    (
+        "run-id-with-slash",
+        "a run id with a slash (-e run_id=a/b)",
+        "error before any host: run id 'a/b' cannot name a results folder",
+        [
+            "tests/integration/test_sweep.py::test_bad_run_level_inputs_stop_before_any_host",
+            "tests/unit/test_results.py::test_unsafe_names_are_refused",
+        ],
+    ),
+    (
+        "results-dir-not-writable",
+        "a results dir that cannot be written",
+        "error before any host, naming the folder",
+        ["tests/integration/test_sweep.py::test_bad_run_level_inputs_stop_before_any_host"],
+    ),
+    (
+        "unreadable-run-dir",
+        "the run dir (engine files) in a folder the service user cannot enter (a clone under /root, 0700)",
+        "preflight refusal naming the folder, its mode and the fix; nothing written, nothing stopped",
+        [
+            "tests/integration/test_service_process.py::test_bad_deploys_change_nothing_and_the_running_layout_keeps_running",
+            "tests/integration/test_faults.py::test_preflight_names_the_folder_the_service_user_cannot_enter",
+        ],
+    ),
 ]
 
 

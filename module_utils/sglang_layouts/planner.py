@@ -982,11 +982,12 @@ def normalize_serving(serving: dict) -> dict:
     for key in ("host", "attention_backend", "grammar_backend", "kv_cache_dtype"):
         check_text(out.get(key), "serving:", f"sglang_{key}")
     secret_env = (serving or {}).get("secret_env")
-    if secret_env is not None:
-        if isinstance(secret_env, str) or not all(isinstance(x, str) for x in secret_env):
-            raise PlanError(
-                f"sglang_secret_env must be a list of names or patterns, e.g. ['HF_TOKEN', '*_KEY'], not {secret_env!r}"
-            )
+    if secret_env is not None and (
+        isinstance(secret_env, str) or not all(isinstance(x, str) for x in secret_env)
+    ):
+        raise PlanError(
+            f"sglang_secret_env must be a list of names or patterns, e.g. ['HF_TOKEN', '*_KEY'], not {secret_env!r}"
+        )
     out["secret_env"] = secret_patterns(secret_env)
     if out["host"] not in ("127.0.0.1", "localhost", "::1") and not out["api_key_set"]:
         raise PlanError(

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from sglang_layouts import bench, health, results
@@ -25,8 +26,16 @@ def _free_port():
 
 def _cfg(url, levels, **kw):
     return bench.make_config(
-        url, concurrency=levels, input_len=16, output_len=4, warmup=0, num_prompts=None,
-        prompts_per_stream=2, min_prompts=3, vocab_size=1000, **kw,
+        url,
+        concurrency=levels,
+        input_len=16,
+        output_len=4,
+        warmup=0,
+        num_prompts=None,
+        prompts_per_stream=2,
+        min_prompts=3,
+        vocab_size=1000,
+        **kw,
     )
 
 
@@ -137,8 +146,15 @@ def test_preflight_names_the_folder_the_service_user_cannot_enter(tmp_path, repo
     (private / "models").mkdir(parents=True)
     private.chmod(0o700)
     problems = health.preflight(
-        "fits", [], False, None, "127.0.0.1", _free_port(), False,
-        read_as="nobody", read_paths=[str(private / "models")],
+        "fits",
+        [],
+        False,
+        None,
+        "127.0.0.1",
+        _free_port(),
+        False,
+        read_as="nobody",
+        read_paths=[str(private / "models")],
     )
     assert problems and "nobody, who cannot enter" in problems[0] and "chmod o+x" in problems[0]
     assert health.unreadable("nobody", str(repo / "models" / "kimi-k2.6" / "config.json")) is None
@@ -171,11 +187,11 @@ def test_disk_full_while_storing_a_record_leaves_nothing_half_written(tmp_path, 
     assert list(folder.iterdir()) == []  # no record, no temporary file
     monkeypatch.setattr(results.os, "write", real)
     path, attempt = results.write_record(str(tmp_path), _record())
-    assert attempt == 1 and json.loads(open(path).read())["layout"] == "tp8"
+    assert attempt == 1 and json.loads(Path(path).read_text())["layout"] == "tp8"
 
 
 def test_short_writes_still_store_the_whole_record(tmp_path, monkeypatch):
     real = os.write
     monkeypatch.setattr(results.os, "write", lambda fd, data: real(fd, bytes(data[:7])))
     path, _ = results.write_record(str(tmp_path), _record())
-    assert json.loads(open(path).read())["schema"] == results.SCHEMA
+    assert json.loads(Path(path).read_text())["schema"] == results.SCHEMA

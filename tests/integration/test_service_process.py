@@ -123,7 +123,10 @@ def test_deploy_idempotent_oom_and_stop(env):
 
 
 def _snapshot(run_dir):
-    return {str(p.relative_to(run_dir)): (p.stat().st_size, p.stat().st_mtime_ns) for p in Path(run_dir).rglob("*")}
+    return {
+        str(p.relative_to(run_dir)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in Path(run_dir).rglob("*")
+    }
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the supervisor reads /proc")
@@ -138,14 +141,23 @@ def test_bad_deploys_change_nothing_and_the_running_layout_keeps_running(env):
     private = Path(tempfile.mkdtemp(prefix="sglang-private-"))  # 0700, as /root is
     ep8 = {"name": "ep8", "tp": 8, "ep": 8}
     bad = {
-        "newline-in-env": ({"sglang_layouts": [{**ep8, "env": {"FOO": "x\nExecStartPre=/bin/true"}}]}, "env.FOO"),
+        "newline-in-env": (
+            {"sglang_layouts": [{**ep8, "env": {"FOO": "x\nExecStartPre=/bin/true"}}]},
+            "env.FOO",
+        ),
         "unit-name-collision": ({"sglang_layouts": [ep8, {**ep8, "name": "EP8"}]}, "both map to the unit"),
         "unreadable-run-dir": ({"sglang_run_dir": str(private / "run")}, f"cannot enter {private}"),
     }
     try:
         for case, (override, needle) in bad.items():
             rc, out = run(e, {**extra, **override}, "deploy.yml", "-e", "layout=ep8")
-            msgs = [str(h.get("msg")) for p in out["plays"] for t in p["tasks"] for h in t["hosts"].values() if h.get("failed")]
+            msgs = [
+                str(h.get("msg"))
+                for p in out["plays"]
+                for t in p["tasks"]
+                for h in t["hosts"].values()
+                if h.get("failed")
+            ]
             assert rc != 0 and any(needle in m for m in msgs), (case, msgs)
             assert _snapshot(run_dir) == before, case
             assert not list(private.iterdir()), case

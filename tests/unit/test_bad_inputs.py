@@ -50,3 +50,17 @@ def test_api_key_name_is_always_secret():
 
     assert secrets.is_secret("SGLANG_API_KEY", []) and not secrets.is_secret("OMP_NUM_THREADS")
     assert secrets.mask_text("key=abc abcd", ["abc", "abcd"]) == "key=*** ***"
+
+
+def test_reliability_doc_lists_every_case_and_only_tests_that_exist(repo):
+    """docs/reliability.md is written from this table (ci/reliability.py --write); its tests exist."""
+    import re
+
+    from bad_inputs import OTHER_CASES
+
+    doc = (repo / "docs" / "reliability.md").read_text()
+    for cid in [c.id for c in CASES] + [c[0] for c in OTHER_CASES]:
+        assert f"| {cid} |" in doc, f"{cid} missing: run ci/reliability.py --write"
+    for node in set(re.findall(r"`(tests/[^`]+::[^`]+)`", doc)):
+        path, name = node.split("::")
+        assert f"def {name.split('[')[0]}(" in (repo / path).read_text(), node

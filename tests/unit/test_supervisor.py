@@ -132,7 +132,10 @@ def test_api_key_config_file_and_secret_env_stay_off_argv_and_out_of_the_files(r
         "print('token', os.environ.get('HF_TOKEN'))"
     )
     supervisor.start(
-        str(run_dir), "c", [PY, "-c", code, "--config", "${SGLANG_API_KEY_CONFIG}"], api_key=key,
+        str(run_dir),
+        "c",
+        [PY, "-c", code, "--config", "${SGLANG_API_KEY_CONFIG}"],
+        api_key=key,
         secret_env={"HF_TOKEN": token},
     )
     assert wait_for(lambda: supervisor.status(str(run_dir), "c")["exit"] is not None)
