@@ -19,6 +19,10 @@ FLAGS_TABLE := module_utils/sglang_layouts/data/sglang_flags/$(SGLANG_VERSION).j
 COLLECTIONS := $(VENV)/collections
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLLECTIONS)
+# Task timings only where the collection that has them is installed (ansible.cfg says why).
+ifneq ($(wildcard $(COLLECTIONS)/ansible_collections/ansible/posix/plugins/callback/profile_tasks.py),)
+export ANSIBLE_CALLBACKS_ENABLED ?= ansible.posix.profile_tasks
+endif
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
@@ -26,7 +30,7 @@ export PY_COLORS := 0
 INVENTORY ?= inventory/demo
 S ?=
 
-.PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test lint unit integration conformance molecule bench-sim bench-client bench-rate bench-health bench-health-replay bench-plan flags clean
+.PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test lint unit integration conformance molecule bench-sim bench-client bench-rate bench-health bench-health-replay bench-plan flags reliability clean
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -76,6 +80,9 @@ conformance: $(STAMP) $(ORACLE_STAMP) ## SGLang's own parser and bench_serving a
 
 molecule: $(STAMP) ## Molecule scenarios on real systemd containers (podman): make molecule [S=name]
 	ci/molecule.sh $(S)
+
+reliability: $(STAMP) ## docs/reliability.md's bad inputs and faults, each run by its tests: PASS/FAIL and counts
+	$(PY) ci/reliability.py
 
 flags: $(ORACLE_STAMP) ## SGLang $(SGLANG_VERSION)'s flag table from its real parser (another: make flags SGLANG_VERSION=0.5.16)
 	$(ORACLE_PY) ci/dump_sglang_flags.py > $(FLAGS_TABLE).tmp

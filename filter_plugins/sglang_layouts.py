@@ -14,6 +14,7 @@ if _MODULE_UTILS not in sys.path:
 
 from sglang_layouts import bench, planner, wheels  # noqa: E402
 from sglang_layouts.plan_table import plan_table  # noqa: E402
+from sglang_layouts.secrets import split_env  # noqa: E402
 
 
 def sglang_plan(inputs):
@@ -30,6 +31,19 @@ def sglang_layout_plan(plan, name):
         return planner.layout_plan(_plain(plan), name)
     except planner.PlanError as e:
         raise AnsibleFilterError(f"sglang_layout_plan: {e}") from e
+
+
+def sglang_layout_secret_env(inputs, name, extra_env=None):
+    """The real values of a layout's secret variables, for its EnvironmentFile only (no_log tasks)."""
+    try:
+        return planner.layout_secret_env(_plain(inputs), name, _plain(extra_env or {}))
+    except planner.PlanError as e:
+        raise AnsibleFilterError(f"sglang_layout_secret_env: {e}") from e
+
+
+def sglang_plain_env(env, secret_env=None):
+    """An environment without its secret variables (what a unit's Environment= lines may hold)."""
+    return split_env(_plain(env or {}), _plain(secret_env))[0]
 
 
 def sglang_plan_table(plan):
@@ -90,6 +104,8 @@ class FilterModule:
             "sglang_plan": sglang_plan,
             "sglang_layout_plan": sglang_layout_plan,
             "sglang_plan_table": sglang_plan_table,
+            "sglang_layout_secret_env": sglang_layout_secret_env,
+            "sglang_plain_env": sglang_plain_env,
             "sglang_host_addresses": sglang_host_addresses,
             "sglang_wheel_pins": sglang_wheel_pins,
             "sglang_drop_pins": sglang_drop_pins,

@@ -47,6 +47,21 @@ options:
     description: Start even when the planner says oom or invalid.
     type: bool
     default: false
+  read_as:
+    description:
+      - The unprivileged user the engine runs as (mode=preflight). Each of I(read_paths) must be readable by it,
+        every folder above it included; a refusal names the folder and the fix.
+    type: str
+  read_paths:
+    description: Paths the engine reads (its code, the model's config, the run dir); a path not created yet is judged by the folders above it.
+    type: list
+    elements: path
+    default: []
+  ports:
+    description: Further ports of the layout that must be free (mode=preflight), besides the port of I(url).
+    type: list
+    elements: int
+    default: []
   model_path:
     description: Must exist on the host (mode=preflight).
     type: path
@@ -230,7 +245,18 @@ def preflight(module, url):
     port = parts.port or 80
     own = _own_active(module, [p["unit"], *p["own_units"]])
     try:
-        problems = health.preflight(p["verdict"], p["reasons"], p["force"], p["model_path"], host, port, own)
+        problems = health.preflight(
+            p["verdict"],
+            p["reasons"],
+            p["force"],
+            p["model_path"],
+            host,
+            port,
+            own,
+            read_as=p["read_as"],
+            read_paths=p["read_paths"],
+            ports=p["ports"],
+        )
     except OSError as exc:
         problems = [f"cannot check port {port} on {host}: {exc}"]
     if problems:
@@ -270,6 +296,9 @@ def main():
             "api_key": {"type": "str", "no_log": True},
             "slice_s": {"type": "float", "default": 0},
             "resume": {"type": "dict"},
+            "read_as": {"type": "str"},
+            "read_paths": {"type": "list", "elements": "path", "default": []},
+            "ports": {"type": "list", "elements": "int", "default": []},
         },
         required_if=[("manager", "process", ["run_dir"])],
         supports_check_mode=True,

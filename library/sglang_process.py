@@ -49,8 +49,16 @@ options:
   group:
     description: Group to run the engine as, together with I(user).
     type: str
+  secret_env:
+    description:
+      - Secret variables of the engine (sglang_secret_env). They reach the engine through the wrapper's
+        environment only, never the spec file, and are masked as *** in the log.
+    type: dict
+    default: {}
   api_key:
-    description: The server's API key. It is passed only in the wrapper's environment and is never written to a file.
+    description:
+      - The server's API key, passed in the wrapper's environment. A literal C(${SGLANG_API_KEY_CONFIG}) argument
+        becomes a 0600 SGLang --config file holding it (removed when the engine exits): the key stays off argv.
     type: str
   stop_timeout:
     description: Seconds between SIGTERM and SIGKILL of the group.
@@ -124,6 +132,7 @@ def main():
             "user": {"type": "str"},
             "group": {"type": "str"},
             "api_key": {"type": "str", "no_log": True},
+            "secret_env": {"type": "dict", "default": {}, "no_log": True},
             "stop_timeout": {"type": "float", "default": 30},
         },
         required_if=[("state", "started", ["argv"])],
@@ -141,6 +150,7 @@ def main():
             user=p["user"],
             group=p["group"],
             api_key=p["api_key"],
+            secret_env={k: str(v) for k, v in (p["secret_env"] or {}).items()},
             stop_timeout=p["stop_timeout"],
             check_mode=module.check_mode,
         )

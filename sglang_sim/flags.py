@@ -124,10 +124,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def merge_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """SGLang's --config FILE.yaml: the file's keys become flags placed before the command line
+    (command line > config > defaults). JSON is YAML, so a JSON object needs no YAML library."""
+    if "--config" not in argv:
+        return argv
+    i = argv.index("--config")
+    if i == len(argv) - 1:
+        parser.error("No config file specified after --config flag!")
+    path = Path(argv[i + 1])
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        parser.error(f"Config file must be YAML format, got: {path.suffix}")
+    text = path.read_text()
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except ValueError:
+        import yaml  # a hand-written YAML file: the simulator's host then needs PyYAML
+
+        data = yaml.safe_load(text) or {}
+    extra: list[str] = []
+    for key, value in data.items():
+        flag = "--" + str(key).replace("_", "-")
+        if isinstance(value, bool):
+            extra += [flag] if value else []
+        elif isinstance(value, list):
+            extra += [flag, *map(str, value)]
+        else:
+            extra += [flag, str(value)]
+    return extra + argv[:i] + argv[i + 2 :]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse like SGLang: unknown flags -> argparse's error and exit status 2."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    if argv is None:
+        import sys
+
+        argv = sys.argv[1:]
+    args = parser.parse_args(merge_config(parser, list(argv)))
     if not args.model_path:
         parser.error("the following arguments are required: --model-path/--model")
     # SGLang 0.5.23 spells dp-attention also as --attn-dp-size N (--enable-dp-attention is deprecated).

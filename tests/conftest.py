@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-for p in (REPO / "module_utils", REPO):
+# tests/ itself: tables shared by several test files (bad_inputs.py)
+for p in (REPO / "module_utils", REPO, REPO / "tests"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 

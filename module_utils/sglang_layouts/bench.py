@@ -1860,9 +1860,45 @@ def check_against_server(cfg, server):
 
 
 def keep_going(cfg, level):
-    """Whether the ladder (and the SLO search) go on after this level: the one place for checks between levels
-    (e.g. stop where the server died)."""
+    """Whether the ladder (and the SLO search) go on after this level: the one place for checks between
+    levels. It stops where the server died (level_server_died), which the level then records."""
+    died = level_server_died(cfg, level, cfg.get("_api_key"))
+    if died:
+        level["server_died"] = died
+        return False
     return True
+
+
+def level_server_died(cfg, level, api_key=None, timeout=5.0):
+    """After a level with failed requests: is the server gone? Then the ladder stops there (the
+    next levels would only count failures against a dead server). None while GET /health answers."""
+    if not level.get("failed"):
+        return None
+    try:
+        status, _ = http_json(cfg["url"] + "/health", api_key=api_key, timeout=timeout)
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        hung = isinstance(reason, TimeoutError) or "timed out" in str(reason)
+        what = f"no answer to GET /health within {timeout:g} s (hung)" if hung else f"GET /health: {reason}"
+        return {
+            "concurrency": level.get("concurrency"),
+            "request_rate": level.get("request_rate"),
+            "hung": hung,
+            "detail": f"the server died during {_level_name(level)} ({what})",
+        }
+    if status == 200:
+        return None
+    return {
+        "concurrency": level.get("concurrency"),
+        "request_rate": level.get("request_rate"),
+        "hung": False,
+        "detail": f"the server stopped serving during {_level_name(level)} (GET /health: HTTP {status})",
+    }
+
+
+def _level_name(level):
+    rate = level.get("request_rate")
+    return f"concurrency {level.get('concurrency')}" if rate is None else f"request rate {rate} req/s"
 
 
 def run_benchmark(cfg, api_key=None, progress=None, keep_requests=False):
@@ -1898,7 +1934,12 @@ def run_benchmark(cfg, api_key=None, progress=None, keep_requests=False):
 
         if all(keep_going(cfg, lv) for lv in levels[-1:]):
             search = slo_search(cfg, levels, run_step, progress, keep_going=lambda lv: keep_going(cfg, lv))
+    died = next((lv["server_died"] for lv in levels if lv.get("server_died")), None)
+    if died:
+        # "bench failed:" also ends the playbook's wait for the levels that will not run
+        _say(progress, f"bench failed: {died['detail']}; the levels after it were not run")
     summary = summarize(levels, cfg["knee_fraction"], None if search is None else search["slo_max_rate"])
+    summary["server_died"] = died
     if search is not None:
         summary["slo_search"] = search
     mrr = server.get("max_running_requests")

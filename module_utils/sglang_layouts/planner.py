@@ -18,6 +18,7 @@ import difflib
 import json
 import math
 import os
+import re
 
 from .engines import SGLANG, Engine, engine_flags, flag_index
 from .engines import engine as engine_spec
@@ -31,7 +32,9 @@ from .model import (
     linear_bytes,
     load_model,
 )
-from .render import render_argv, render_env, unit_name
+from .render import render_argv, render_env, slug, unit_name
+from .secrets import MASK, is_secret, mask_env
+from .secrets import patterns as secret_patterns
 
 __all__ = [
     "LAYOUT_KEYS",
@@ -111,12 +114,64 @@ def _bool(value, what: str) -> bool:
     raise PlanError(f"{what} must be true or false, not {value!r}")
 
 
+# A newline in a value that reaches a unit file starts a new directive (ExecStartPre=... would run as
+# root); CR and NUL cut or split the line the same way. No engine flag or variable needs one.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL_NAMES = {"\n": "a newline", "\r": "a carriage return", "\x00": "a NUL byte", "\t": "a tab"}
+# POSIX: letters, digits and underscore, not starting with a digit (systemd refuses others too).
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def check_text(value, where: str, key: str) -> None:
+    """Refuse control characters in anything that reaches argv, a unit file or an environment."""
+    values = value if isinstance(value, list | tuple) else [value]
+    for v in values:
+        if isinstance(v, dict | list | tuple):
+            continue
+        m = _CONTROL.search(str(v))
+        if m:
+            what = _CONTROL_NAMES.get(m.group(), f"the control character {m.group()!r}")
+            raise PlanError(
+                f"{where} {key} contains {what} at character {m.start() + 1} (the value is not shown: it may be "
+                "a secret); a unit file would read what follows as a new line. "
+                f"Write {key} as one line of printable text."
+            )
+
+
+def check_env(env, where: str, key: str = "env") -> dict[str, str]:
+    """An environment mapping: POSIX names, one-line values."""
+    if env is None:
+        return {}
+    if not isinstance(env, dict):
+        raise PlanError(f"{where} {key} must be a mapping of NAME: value, not {env!r}")
+    out = {}
+    for name, value in env.items():
+        name = str(name)
+        if not _ENV_NAME.match(name):
+            better = re.sub(r"[^A-Za-z0-9_]", "_", name)
+            better = ("_" + better) if better[:1].isdigit() else better
+            raise PlanError(
+                f"{where} {key} name {name!r} is not an environment variable name (letters, digits and _, "
+                f"not starting with a digit). Write {better or 'NAME'} instead."
+            )
+        if isinstance(value, dict | list):
+            raise PlanError(f"{where} {key}.{name} must be a string or a number, not {value!r}")
+        check_text(value, where, f"{key}.{name}")
+        out[name] = "" if value is None else str(value)
+    return out
+
+
 def normalize_layout(layout: dict) -> dict:
     if not isinstance(layout, dict):
         raise PlanError(f"each entry of sglang_layouts must be a mapping, not {layout!r}")
     name = layout.get("name")
     if not name or not isinstance(name, str):
         raise PlanError(f"layout {layout!r} has no name: every entry of sglang_layouts needs name:")
+    check_text(name, f"layout {name!r}:", "name")
+    if not slug(name):
+        raise PlanError(
+            f"layout {name!r}: name has no letter or digit, so it cannot name a unit. Write e.g. name: tp8."
+        )
     unknown = sorted(set(layout) - set(LAYOUT_KEYS))
     if unknown:
         hints = []
@@ -141,11 +196,14 @@ def normalize_layout(layout: dict) -> dict:
         "replicas": _int(layout.get("replicas", 1), f"{where} replicas"),
         "port": _int(layout["port"], f"{where} port") if layout.get("port") is not None else None,
         "gpus": None,
-        "args": dict(layout.get("args") or {}),
-        "env": {str(k): str(v) for k, v in (layout.get("env") or {}).items()},
+        "args": dict(layout.get("args") or {}) if isinstance(layout.get("args") or {}, dict) else {},
+        "env": check_env(layout.get("env"), where),
         "engine": layout.get("engine"),
         "force": _bool(layout.get("force", False), f"{where} force"),
     }
+    for key, value in out["args"].items():
+        check_text(key, where, "args key")
+        check_text(value, where, f"args.{key}")
     if out["port"] is not None and out["port"] > 65535:
         raise PlanError(f"{where} port {out['port']} is not a TCP port (1-65535)")
     if layout.get("gpus") is not None:
@@ -540,8 +598,12 @@ def plan_layout(
     hardware = normalize_hardware(hardware)
     serving = normalize_serving(serving)
     cluster = cluster or normalize_cluster(None, None)
-    engine_name = (lay["engine"] or serving.get("engine") or "sglang").lower()
-    eng = engine_spec(engine_name)
+    engine_name = str(lay["engine"] or serving.get("engine") or "sglang").lower()
+    try:
+        eng = engine_spec(engine_name)
+    except PlanError as e:
+        key = "engine" if lay["engine"] else "sglang_engine"
+        raise PlanError(f"layout {lay['name']}: {key} {engine_name!r}: {e}") from None
     lay_args = dict(lay["args"])
     if spec.load_format and not {"load_format", "--load-format", "load-format"} & set(map(str, lay_args)):
         lay_args["load_format"] = spec.load_format  # the model-wide choice; a layout's args: win
@@ -608,6 +670,13 @@ def plan_layout(
     plan["env"] = render_env(lay, gpu_ids, hardware)
     if par["replicas"] > 1 and not reasons:
         _place_replicas(plan, spec, lay, par, eff, args, hardware, cluster, eng)
+    # Secret values never enter the plan: the role reads them from the inputs (layout_secret_env)
+    # straight into the EnvironmentFile; everything downstream of the plan sees the mask.
+    secret_env = serving.get("secret_env")
+    plan["secret_env"] = sorted(k for k in plan["env"] if is_secret(k, secret_env))
+    plan["env"] = mask_env(plan["env"], secret_env)
+    for replica in plan.get("replicas") or []:
+        replica["env"] = mask_env(replica["env"], secret_env)
     if plan["reasons"]:
         plan["failure"] = "invalid"
         return plan
@@ -928,6 +997,16 @@ def normalize_serving(serving: dict) -> dict:
     if out["max_running_requests"] is not None:
         out["max_running_requests"] = _int(out["max_running_requests"], "sglang_max_running_requests")
     out["base_port"] = _int(out["base_port"], "sglang_base_port")
+    for key in ("host", "attention_backend", "grammar_backend", "kv_cache_dtype"):
+        check_text(out.get(key), "serving:", f"sglang_{key}")
+    secret_env = (serving or {}).get("secret_env")
+    if secret_env is not None and (
+        isinstance(secret_env, str) or not all(isinstance(x, str) for x in secret_env)
+    ):
+        raise PlanError(
+            f"sglang_secret_env must be a list of names or patterns, e.g. ['HF_TOKEN', '*_KEY'], not {secret_env!r}"
+        )
+    out["secret_env"] = secret_patterns(secret_env)
     if out["host"] not in ("127.0.0.1", "localhost", "::1") and not out["api_key_set"]:
         raise PlanError(
             f"sglang_host is {out['host']} (a public address) but no sglang_api_key is set: put an API key in a "
@@ -965,7 +1044,11 @@ def plan_host(inputs: dict) -> dict:
     dupes = sorted({n for n in names if n and names.count(n) > 1})
     if dupes:
         raise PlanError(f"layout names must be unique; repeated: {', '.join(dupes)}")
-    spec = _cached_model(inputs.get("model") or {})
+    model = inputs.get("model") or {}
+    if isinstance(model, dict):
+        for key in ("name", "path"):
+            check_text(model.get(key), "sglang_model:", key)
+    spec = _cached_model(model)
     hardware = normalize_hardware(inputs.get("hardware") or {})
     serving = normalize_serving(inputs.get("serving") or {})
     cluster = normalize_cluster(inputs.get("cluster"), inputs.get("host"))
@@ -975,7 +1058,9 @@ def plan_host(inputs: dict) -> dict:
         sglang_version = None
     sglang_table = sglang_flags(sglang_version)
     plans = [plan_layout(layout, spec, hardware, serving, cluster, sglang_version) for layout in layouts]
+    _unit_collisions(plans)
     _conflicts(plans, inputs.get("host"))
+    _port_collisions(plans, inputs.get("host"))
     return {
         "schema": PLAN_SCHEMA,
         "host": inputs.get("host"),
@@ -1018,16 +1103,73 @@ def _conflicts(plans: list[dict], host: str | None = None) -> None:
                 if unit not in mine
             }
         )
-        clash = [
-            q["name"]
-            for q in plans
-            if q is not p and q["port"] == p["port"] and not set(q["gpu_ids"]) & set(p["gpu_ids"])
-        ]
-        if clash:
-            p["notes"].append(
-                f"{p['name']} shares port {p['port']} with {', '.join(clash)} on other GPUs; give one a port: "
-                "to run them side by side."
-            )
+
+
+def _unit_collisions(plans: list[dict]) -> None:
+    """Two layouts (or a replica / router unit) whose names reduce to one unit: the second would replace the first."""
+    seen: dict[str, str] = {}
+    for p in plans:
+        units = [p["unit_name"]]
+        units += [r["unit_name"] for r in p.get("replicas") or []]
+        units += [p["router"]["unit_name"]] if p.get("router") else []
+        for unit in units:
+            other = seen.get(unit)
+            if other is not None and other != p["name"]:
+                raise PlanError(
+                    f"layouts {other!r} and {p['name']!r} both map to the unit {unit} (names are reduced to "
+                    f"lowercase letters, digits and -), so the second would replace the first. Rename one, "
+                    f"e.g. name: {slug(p['name'])}-2."
+                )
+            seen[unit] = p["name"]
+
+
+def ports_of(p: dict, host: str | None = None) -> dict[int, str]:
+    """Every TCP port a layout listens on on this host, with what listens there."""
+    ports = {}
+    if p.get("replicas"):
+        for r in p["replicas"]:
+            if host is None or r["host"] == host:
+                ports[r["port"]] = f"replica {r['index']}"
+        if host is None or p["router"]["host"] == host:
+            ports[p["router"]["port"]] = "router"
+            ports[p["router"]["port"] + 1000] = "router metrics (--prometheus-port)"
+    else:
+        ports[p["port"]] = "HTTP API"
+    dist = (p.get("parallel") or {}).get("dist_init_addr")
+    if dist and p.get("node_rank") == 0:
+        ports[int(str(dist).rsplit(":", 1)[-1])] = "rendezvous (--dist-init-addr)"
+    return ports
+
+
+def _port_collisions(plans: list[dict], host: str | None = None) -> None:
+    """Layouts that can run at once (no GPU in common) must not share a port: the second one's
+    warm-up would talk to the first one's server (or fail to bind) and die minutes later."""
+    deployable = [q for q in plans if q["verdict"] != "invalid"]
+    for i, p in enumerate(deployable):
+        mine = ports_of(p, host)
+        for q in deployable[i + 1 :]:
+            if set(q["gpu_ids"]) & set(p["gpu_ids"]):
+                continue  # Conflicts=: they never run together
+            theirs = ports_of(q, host)
+            for port in sorted(set(mine) & set(theirs)):
+                free = max(max(ports_of(x, host)) for x in deployable) + 1
+                raise PlanError(
+                    f"layouts {p['name']} and {q['name']} use no GPU in common, so they can run at the same time, "
+                    f"but both listen on port {port} ({mine[port]} of {p['name']}, {theirs[port]} of {q['name']}). "
+                    f"Give {q['name']} its own port:, e.g. port: {free}."
+                )
+
+
+def layout_secret_env(inputs: dict, name: str, extra_env: dict | None = None) -> dict[str, str]:
+    """The real values of a layout's secret variables (sglang_service_extra_env, then the layout's env):
+    what the service role writes to the EnvironmentFile. Validated like the plan."""
+    serving = (inputs or {}).get("serving") or {}
+    secret_env = secret_patterns(serving.get("secret_env"))
+    env = dict(check_env(extra_env, "sglang_service_extra_env:", "env"))
+    for layout in (inputs or {}).get("layouts") or []:
+        if isinstance(layout, dict) and layout.get("name") == name:
+            env.update(check_env(layout.get("env"), f"layout {name}:"))
+    return {k: v for k, v in env.items() if is_secret(k, secret_env) and v != MASK}
 
 
 def layout_plan(plan: dict, name: str) -> dict:

@@ -2,7 +2,8 @@
 
 Pure functions first (``rows``, ``winners``, ``to_csv``, ``to_markdown``); ``build_report``
 does the file I/O; ``plot`` needs matplotlib (the controller's .venv) and uses the Agg
-backend. Command line::
+backend; without matplotlib the tables are written and the report says the
+plots were skipped. Command line::
 
     python -m sglang_layouts.report --results-dir results [--run-id ID] [--no-plots]
 """
@@ -347,6 +348,14 @@ def to_markdown(run_id, table, win, plots=()):
     return "\n".join(lines)
 
 
+def matplotlib_available():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def plot(records, outdir, run_id):
     """Two PNGs: output tok/s vs concurrency per layout, and the Pareto view. Returns their file names."""
     import matplotlib
@@ -530,8 +539,14 @@ def build_report(results_dir, run_id=None, plots=True):
     table = rows(records)
     win = winners(table)
     outdir = _results.run_dir(results_dir, run_id)
-    pngs = plot(records, outdir, run_id) if plots and records else []
+    skipped = None
+    if plots and records and not matplotlib_available():
+        # a plain ansible-core controller: the tables are the report, the plots are extras
+        skipped = "Plots skipped: matplotlib is not installed on the controller (pip install matplotlib to draw them)."
+    pngs = plot(records, outdir, run_id) if plots and records and skipped is None else []
     markdown = to_markdown(run_id, table, win, pngs)
+    if skipped:
+        markdown = markdown.rstrip("\n") + f"\n\n{skipped}\n"
     _write(os.path.join(outdir, "REPORT.md"), markdown)
     _write(os.path.join(outdir, "summary.csv"), to_csv(table))
     doc = {
@@ -552,6 +567,9 @@ def build_report(results_dir, run_id=None, plots=True):
         "markdown": markdown,
         "winners": win,
         "rows": len(table),
+        # layouts with figures (ok or degraded): a sweep that measured none exits non-zero
+        "measured": sum(1 for r in table if r["status_code"] in ("ok", "degraded")),
+        "plots_skipped": skipped,
     }
 
 
@@ -572,6 +590,8 @@ def main(argv=None):
     else:
         print(out["markdown"])
         print(f"(written to {out['dir']}: {', '.join(out['files'])})")
+    if out["plots_skipped"]:
+        print(out["plots_skipped"], file=sys.stderr)
     return 0
 
 

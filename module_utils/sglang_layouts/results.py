@@ -219,6 +219,25 @@ def write_record(results_dir, record):
         raise ResultError(f"not a {SCHEMA} record")
     run_id, host, layout = record["run_id"], record["host"], record["layout"]
     folder = os.path.dirname(record_path(results_dir, run_id, host, layout))
+    try:
+        return _write_record(results_dir, record, folder, run_id, host, layout)
+    except OSError as exc:
+        # a full disk or a folder that cannot be written: nothing is stored (the temporary file is
+        # gone), so the same run id re-measures this layout once the cause is fixed
+        raise ResultError(
+            f"cannot store the record of {host}/{layout} in {folder}: {exc.strerror or exc}. Nothing was "
+            f"stored. Free space or fix the folder, then run again with -e run_id={run_id} (the sweep resumes)."
+        ) from exc
+
+
+def _write_all(fd, data: bytes) -> None:
+    """os.write may write less than asked (a nearly full disk): loop until every byte is out."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _write_record(results_dir, record, folder, run_id, host, layout):
     os.makedirs(folder, exist_ok=True)
     existing = attempts(results_dir, run_id, host, layout)
     attempt = (existing[-1] + 1) if existing else 1
@@ -229,7 +248,7 @@ def write_record(results_dir, record):
             data = json.dumps(record, indent=2, sort_keys=True, default=str).encode() + b"\n"
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
-            os.write(fd, data)
+            _write_all(fd, data)
             os.fsync(fd)
             path = record_path(results_dir, run_id, host, layout, attempt)
             try:

@@ -14,9 +14,12 @@ Files in `run_dir` for a process called NAME (the layout's unit name):
   NAME.exit  the last exit status, written by the wrapper (or by stop after SIGKILL)
   NAME.stop  present when the last exit was asked for by stop()
 
-Secrets never reach these files: an API key travels in the wrapper's
-environment only (SGLANG_API_KEY), and `${SGLANG_API_KEY}` in argv is
-substituted by the wrapper, as systemd does for a unit's EnvironmentFile.
+Secrets never reach these files: an API key and the secret variables
+(sglang_secret_env) travel in the wrapper's environment only (readable by
+its owner). `${SGLANG_API_KEY_CONFIG}` in argv becomes a 0600 SGLang --config
+YAML file holding the key (removed when the engine exits), so the key is not
+on the engine's command line; `${SGLANG_API_KEY}` is still substituted for
+engines without --config. Every secret value is masked as *** in NAME.log.
 
 Standard library only; used by library/sglang_process.py, sglang_health and
 benchmarks/bench_health.py.
@@ -47,22 +50,42 @@ signal.signal(signal.SIGTERM, lambda *a: None)   # the group gets SIGTERM; the e
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
 env = dict(spec["env"])
 secret = os.environ.get("SGLANG_API_KEY")
-argv = [a.replace("${SGLANG_API_KEY}", secret or "") for a in spec["argv"]]
+# secret variables travel in this wrapper's environment (readable by its owner only), never in spec
+names = [n for n in os.environ.get("SGLANG_SUPERVISE_SECRET_NAMES", "").split(",") if n]
+for n in names:
+    env[n] = os.environ.get(n, "")
+masked = sorted({v for v in [secret] + [env[n] for n in names] if v}, key=len, reverse=True)
 kw = {}
 if spec.get("user") and os.geteuid() == 0:
     kw = {"user": spec["user"], "group": spec.get("group") or None, "extra_groups": spec.get("extra_groups") or []}
+keyfile = None
+if secret and "${SGLANG_API_KEY_CONFIG}" in spec["argv"]:
+    # SGLang's --config YAML file keeps the key off the command line (/proc/PID/cmdline is world-readable)
+    keyfile = spec["exit"][: -len(".exit")] + ".key.yaml"
+    if os.path.exists(keyfile):
+        os.unlink(keyfile)
+    fd = os.open(keyfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    if kw:
+        import pwd
+        os.fchown(fd, pwd.getpwnam(spec["user"]).pw_uid, -1)
+    os.write(fd, json.dumps({"api_key": secret}).encode() + b"\n")
+    os.close(fd)
+argv = [a.replace("${SGLANG_API_KEY_CONFIG}", keyfile or "").replace("${SGLANG_API_KEY}", secret or "")
+        for a in spec["argv"]]
 log = open(spec["log"], "ab", buffering=0)
-env.pop("SGLANG_API_KEY", None)   # the key reaches the engine through --api-key only
+env.pop("SGLANG_API_KEY", None)   # the key reaches the engine through --config (or --api-key) only
 try:
     child = subprocess.Popen(argv, env=env, cwd=spec.get("cwd") or None, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE if secret else log, stderr=subprocess.STDOUT, **kw)
+                             stdout=subprocess.PIPE if masked else log, stderr=subprocess.STDOUT, **kw)
 except OSError as exc:
     log.write(("sglang-supervise: cannot start %s: %s\n" % (argv[0], exc)).encode())
     rc = 203
 else:
-    if secret:   # SGLang logs server_args (api_key included): mask the key in the log
+    if masked:   # SGLang logs server_args (api_key included): mask every secret in the log
         for line in iter(child.stdout.readline, b""):
-            log.write(line.replace(secret.encode(), b"********"))
+            for v in masked:
+                line = line.replace(v.encode(), b"***")
+            log.write(line)
     while True:
         try:
             rc = child.wait()
@@ -75,6 +98,8 @@ tmp = spec["exit"] + ".tmp"
 with open(tmp, "w") as f:
     json.dump(status, f)
 os.replace(tmp, spec["exit"])
+if keyfile and os.path.exists(keyfile):
+    os.unlink(keyfile)
 """
 
 
@@ -93,8 +118,10 @@ def paths(run_dir: str, name: str) -> dict:
     }
 
 
-def digest(argv, env, cwd=None, user=None, api_key_set=False) -> str:
-    """What decides 'unchanged': the command, its environment, cwd, user, whether a key is set."""
+def digest(argv, env, cwd=None, user=None, api_key_set=False, secret_env=None) -> str:
+    """What decides 'unchanged': the command, its environment, cwd, user, whether a key is set,
+    and a hash of the secret variables (a new token restarts the engine; the hash reveals nothing)."""
+    secrets = hashlib.sha256(json.dumps(sorted((secret_env or {}).items())).encode()).hexdigest()
     blob = json.dumps(
         {
             "argv": list(argv),
@@ -102,6 +129,7 @@ def digest(argv, env, cwd=None, user=None, api_key_set=False) -> str:
             "cwd": cwd,
             "user": user,
             "key": bool(api_key_set),
+            **({"secrets": secrets} if secret_env else {}),
         },
         sort_keys=True,
     )
@@ -197,6 +225,7 @@ def start(
     group=None,
     api_key=None,
     python=None,
+    secret_env=None,
 ) -> dict:
     """Start the engine under the wrapper; returns status() plus log_offset (the log's size before)."""
     os.makedirs(run_dir, exist_ok=True)
@@ -216,6 +245,9 @@ def start(
     base_env["HOME"] = home or os.environ.get("HOME", "/")
     full_env = {**base_env, **{str(k): str(v) for k, v in (env or {}).items()}}
     full_env.pop(SECRET_ENV, None)
+    secret_env = {str(k): str(v) for k, v in (secret_env or {}).items() if str(k) != SECRET_ENV}
+    for k in secret_env:
+        full_env.pop(k, None)
     spec = {
         "name": name,
         "argv": [str(a) for a in argv],
@@ -225,7 +257,7 @@ def start(
         "group": group,
         "log": p["log"],
         "exit": p["exit"],
-        "digest": digest(argv, env, cwd, user, bool(api_key)),
+        "digest": digest(argv, env, cwd, user, bool(api_key), secret_env),
         "started_at": time.time(),
     }
     try:
@@ -243,6 +275,10 @@ def start(
     wenv.pop(SECRET_ENV, None)
     if api_key:
         wenv[SECRET_ENV] = api_key
+    wenv.pop("SGLANG_SUPERVISE_SECRET_NAMES", None)
+    if secret_env:
+        wenv.update(secret_env)
+        wenv["SGLANG_SUPERVISE_SECRET_NAMES"] = ",".join(sorted(secret_env))
     with open(os.devnull, "rb") as devnull, open(p["log"], "ab") as log:
         proc = subprocess.Popen(
             [python or sys.executable, "-c", WRAPPER, p["spec"]],
@@ -322,6 +358,7 @@ def ensure(
     stop_timeout: float = 30.0,
     check_mode: bool = False,
     python=None,
+    secret_env=None,
 ) -> dict:
     """Idempotent entry point: state started | stopped | absent. Returns a module-ready dict."""
     st = status(run_dir, name)
@@ -334,7 +371,7 @@ def ensure(
         "log_offset": st["log_size"],
     }
     if state == "started":
-        want = digest(argv or [], env, cwd, user, bool(api_key))
+        want = digest(argv or [], env, cwd, user, bool(api_key), secret_env)
         have = (st["spec"] or {}).get("digest")
         if st["running"] and have == want:
             res["started_at"] = (st["spec"] or {}).get("started_at")
@@ -345,7 +382,7 @@ def ensure(
             return res
         if st["running"]:
             res["stop"] = stop(run_dir, name, stop_timeout)
-        new = start(run_dir, name, argv, env, cwd, user, group, api_key, python)
+        new = start(run_dir, name, argv, env, cwd, user, group, api_key, python, secret_env)
         res.update(
             pid=new["pid"], log_offset=new["log_offset"], started_at=(new["spec"] or {}).get("started_at")
         )

@@ -142,3 +142,64 @@ def test_a_release_without_a_torch_pin_is_a_clear_error(run_playbook, tmp_path):
     r = run_playbook(str(play), inventory="localhost,", extravars={"sglang_version": "0.5.17"})
     assert r.status == "failed"
     assert any("SGLang 0.5.17 has no torch pin in sglang_torch_pins" in m for m in failed_messages(r))
+
+
+def test_every_bad_input_is_refused_by_plan_yml_in_one_run(run_playbook, tmp_path):
+    """The bad-input matrix (tests/bad_inputs.py) through plan.yml: one inventory host per case, one run.
+    A refused host gets a message naming the layout and the key, and no plan JSON or unit is written
+    for it; a sanitised one gets units and a plan with *** for the secret, its value in neither."""
+    from bad_inputs import CASES, materialise
+
+    cases = [c for c in CASES if c.plan_yml]
+    inv = tmp_path / "inv"
+    (inv / "group_vars").mkdir(parents=True)
+    (inv / "group_vars" / "sglang_hosts.yml").write_text(
+        yaml.safe_dump(
+            {
+                "sglang_model": {"name": "kimi-k2.6", "path": str(REPO / "models" / "kimi-k2.6")},
+                "sglang_engine": "sim",
+                "sglang_service_manager": "process",
+                "sglang_run_dir": str(tmp_path / "run"),
+                "sglang_layouts": [{"name": "tp8", "tp": 8}],
+            }
+        )
+    )
+    hosts = {}
+    for case in cases:
+        folder = tmp_path / "files" / case.id
+        folder.mkdir(parents=True)
+        hosts[case.id] = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+            "gpu_count": 8,
+            "gpu_memory_gib": 94.97,
+            "gpu_interconnect": "pcie",
+            **materialise(case, folder, REPO),
+        }
+    (inv / "hosts.yml").write_text(yaml.safe_dump({"sglang_hosts": {"hosts": hosts}}))
+    out = tmp_path / "plan"
+    r = run_playbook("plan.yml", inventory=str(inv / "hosts.yml"), extravars={"sglang_plan_dir": str(out)})
+    failed = {}
+    for ev in r.events:
+        if ev.get("event") == "runner_on_failed":
+            failed[ev["event_data"]["host"]] = str(ev["event_data"]["res"].get("msg"))
+    for case in cases:
+        if case.expect == "error":
+            assert case.id in failed, f"{case.id}: plan.yml did not refuse it"
+            for needle in case.needles:
+                assert needle in failed[case.id], f"{case.id}: {failed[case.id]}"
+            assert not (out / f"{case.id}.json").exists() and not (out / case.id).exists(), case.id
+            continue
+        assert case.id not in failed, f"{case.id}: {failed.get(case.id)}"
+        doc = json.loads((out / f"{case.id}.json").read_text())
+        units = {p.name: p.read_text() for p in (out / case.id).glob("*.service")}
+        if case.expect == "invalid":
+            bad = [e["unit_name"] for e in doc["layouts"] if e["verdict"] == "invalid"]
+            assert bad and not set(bad) & set(units), case.id  # invalid layouts get no unit
+        else:
+            name, value = case.check["masked"], case.check["absent"]
+            assert value not in (out / f"{case.id}.json").read_text()
+            assert doc["layouts"][0]["env"][name] == "***"
+            (unit,) = units.values()
+            assert value not in unit and f'Environment="{name}=' not in unit
+            assert "EnvironmentFile=/etc/sglang/sglang-kimi-k2-6-tp8.env" in unit

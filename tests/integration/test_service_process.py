@@ -120,3 +120,48 @@ def test_deploy_idempotent_oom_and_stop(env):
     rc, out = run(e, extra, "stop.yml")
     assert rc == 0
     assert pids(run_dir) == []
+
+
+def _snapshot(run_dir):
+    return {
+        str(p.relative_to(run_dir)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in Path(run_dir).rglob("*")
+    }
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the supervisor reads /proc")
+def test_bad_deploys_change_nothing_and_the_running_layout_keeps_running(env):
+    """The deploy path of the bad-input matrix: a refused deploy writes no file in the run dir and
+    stops nothing (docs/reliability.md)."""
+    e, extra, run_dir = env["env"], env["extra"], env["run_dir"]
+    rc, out = run(e, extra, "deploy.yml", "-e", "layout=ep8")
+    assert rc == 0, json.dumps(out["stats"])
+    pid = int((run_dir / "sglang-kimi-k2-6-ep8.service.pid").read_text())
+    before = _snapshot(run_dir)
+    private = Path(tempfile.mkdtemp(prefix="sglang-private-"))  # 0700, as /root is
+    ep8 = {"name": "ep8", "tp": 8, "ep": 8}
+    bad = {
+        "newline-in-env": (
+            {"sglang_layouts": [{**ep8, "env": {"FOO": "x\nExecStartPre=/bin/true"}}]},
+            "env.FOO",
+        ),
+        "unit-name-collision": ({"sglang_layouts": [ep8, {**ep8, "name": "EP8"}]}, "both map to the unit"),
+        "unreadable-run-dir": ({"sglang_run_dir": str(private / "run")}, f"cannot enter {private}"),
+    }
+    try:
+        for case, (override, needle) in bad.items():
+            rc, out = run(e, {**extra, **override}, "deploy.yml", "-e", "layout=ep8")
+            msgs = [
+                str(h.get("msg"))
+                for p in out["plays"]
+                for t in p["tasks"]
+                for h in t["hosts"].values()
+                if h.get("failed")
+            ]
+            assert rc != 0 and any(needle in m for m in msgs), (case, msgs)
+            assert _snapshot(run_dir) == before, case
+            assert not list(private.iterdir()), case
+            os.kill(pid, 0)  # still running
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+        run(e, extra, "stop.yml")

@@ -4,8 +4,12 @@ process supervisor, real HTTP): records, resume, forced re-run, facts read back 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import tempfile
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -179,3 +183,148 @@ def test_bench_playbook_measures_the_deployed_layout(run_playbook, tmp_path, run
     assert rec["health"]["layout"] == "tp8" and rec["prediction"]["kv_tokens"] > 0
     assert (results / "bench-it" / "REPORT.md").exists()
     assert fact_cache(r2, "seed-box")["sglang_bench"]["record"].endswith("bench-it/seed-box/tp8.json")
+
+
+def _kill_engine_at(run_dir: Path, unit: str, needle: str, stop: threading.Event) -> None:
+    """SIGKILL the engine (not its supervisor) as soon as a benchmark progress line holds needle."""
+    from sglang_layouts import supervisor
+
+    while not stop.is_set():
+        for progress in (run_dir / "bench").glob("*.progress"):
+            if needle in progress.read_text():
+                pgid = supervisor.read_pid(str(run_dir), unit)
+                for pid in supervisor.group_members(pgid):
+                    if pid != pgid:
+                        os.kill(pid, signal.SIGKILL)
+                return
+        time.sleep(0.05)
+
+
+def test_engine_killed_mid_benchmark_is_one_record_with_the_levels_before(run_playbook, tmp_path, run_dir):
+    """issue 15's fault: the engine SIGKILLed during tp8's concurrency-16 level."""
+    results = tmp_path / "results"
+    stop = threading.Event()
+    killer = threading.Thread(
+        target=_kill_engine_at, args=(run_dir, "sglang-kimi-k2-6-tp8.service", "level c=16 start", stop)
+    )
+    killer.start()
+    try:
+        r = run_playbook(
+            "sweep.yml",
+            extravars={
+                **BENCH,
+                "sglang_bench_concurrency": [1, 4, 16, 64],
+                "run_id": "killed",
+                "sglang_layouts": LAYOUTS,
+                "sglang_results_dir": str(results),
+                "sglang_run_dir": str(run_dir),
+            },
+        )
+    finally:
+        stop.set()
+        killer.join()
+    # the oom and invalid layouts are skipped, tp8 failed: nothing measured, the sweep says so
+    assert r.status == "failed" and any(
+        "No layout of run killed could be measured" in m for m in failed_messages(r)
+    )
+    recs = _records(results / "killed" / "seed-box")
+    assert sorted(recs) == ["tp2ep4.json", "tp4ep2.json", "tp8.json"]  # one record, no attempt 2
+    rec = recs["tp8.json"]
+    assert rec["status"] == "failed" and rec["failure_class"] == "crashed", rec["failure_class"]
+    assert [lv["concurrency"] for lv in rec["levels"]] == [1, 4, 16]  # stopped where it died
+    assert rec["levels"][1]["completed"] == 8 and rec["levels"][2]["completed"] == 0
+    assert rec["evidence"]["server_died"]["concurrency"] == 16
+    assert "signal 9" in str(rec["evidence"]["exit_status"]) and rec["evidence"]["log_tail"]
+    assert rec["msg"].startswith("the server died during concurrency 16")
+    row = {x["layout"]: x for x in json.loads((results / "killed" / "summary.json").read_text())["rows"]}[
+        "tp8"
+    ]
+    assert (
+        row["status_code"] == "failed" and row["failure_class"] == "crashed" and row["peak_tok_s"]
+    )  # the measured levels are in the report
+    # nothing left running
+    assert not list(run_dir.glob("*.pid")) or all(
+        not supervisor_running(run_dir, p.stem) for p in run_dir.glob("*.pid")
+    )
+
+
+def supervisor_running(run_dir: Path, name: str) -> bool:
+    from sglang_layouts import supervisor
+
+    return supervisor.status(str(run_dir), name)["running"]
+
+
+def test_bad_run_level_inputs_stop_before_any_host(run_playbook, tmp_path, run_dir):
+    """A run id with a slash, a results dir that cannot be written: refused on the controller, no host touched."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    base = {"sglang_layouts": LAYOUTS[:1], "sglang_run_dir": str(run_dir)}
+    r = run_playbook(
+        "sweep.yml", extravars={**base, "run_id": "a/b", "sglang_results_dir": str(tmp_path / "res")}
+    )
+    assert r.status == "failed" and any(
+        "run id 'a/b' cannot name a results folder" in m for m in failed_messages(r)
+    )
+    r = run_playbook(
+        "sweep.yml", extravars={**base, "run_id": "ok1", "sglang_results_dir": str(blocker / "res")}
+    )
+    assert r.status == "failed" and any(str(blocker) in m for m in failed_messages(r)), failed_messages(r)
+    assert list(run_dir.iterdir()) == []  # no engine file, no process, no log
+
+
+def test_ctrl_c_in_the_middle_of_a_layout_then_the_same_run_id_resumes(run_playbook, tmp_path, run_dir):
+    """Ctrl-C (SIGINT to ansible-playbook's process group, as a terminal sends it) during tp8's
+    benchmark: no record is half-written; the next run with the same run id measures what is
+    missing, keeps what is stored, and leaves nothing running."""
+    import subprocess
+
+    from sglang_layouts import supervisor
+
+    results = tmp_path / "results"
+    extra = {
+        **BENCH,
+        "run_id": "ctrl-c",
+        "sglang_layouts": [LAYOUTS[0], {"name": "ep8", "tp": 8, "ep": 8}],
+        "sglang_results_dir": str(results),
+        "sglang_run_dir": str(run_dir),
+    }
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".venv" / "collections"),
+        "ANSIBLE_CACHE_PLUGIN": "memory",
+        "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}",
+    }
+    cmd = [
+        str(REPO / ".venv" / "bin" / "ansible-playbook"),
+        "-i",
+        str(REPO / "inventory" / "demo"),
+        str(REPO / "playbooks" / "sweep.yml"),
+        "-e",
+        json.dumps(extra),
+    ]
+    p = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and p.poll() is None:
+            if any("level c=1 done" in f.read_text() for f in (run_dir / "bench").glob("*tp8*.progress")):
+                break
+            time.sleep(0.1)
+        assert p.poll() is None, "the sweep ended before it could be interrupted"
+        os.killpg(p.pid, signal.SIGINT)
+        p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    host = results / "ctrl-c" / "seed-box"
+    assert not list(host.glob("tp8*.json")) and not list(host.glob(".*.tmp"))  # nothing half-written
+    r = run_playbook("sweep.yml", extravars=extra)
+    assert r.status == "successful", failed_messages(r)
+    recs = _records(host)
+    assert sorted(recs) == ["ep8.json", "tp8.json"]
+    assert all(rec["status"] == "ok" and rec["attempt"] == 1 for rec in recs.values())
+    assert [lv["concurrency"] for lv in recs["tp8.json"]["levels"]] == [1, 4]
+    for pidfile in run_dir.glob("*.pid"):
+        assert not supervisor.status(str(run_dir), pidfile.name[: -len(".pid")])["running"], pidfile

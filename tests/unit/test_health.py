@@ -146,7 +146,7 @@ def test_loading_warming_ready_then_facts(log):
     assert facts["max_total_num_tokens"] == 172906
     assert facts["memory_per_rank"][0]["weight"] == 71.8
     assert facts["model_info"]["model_path"] == "/models/Kimi-K2.6"
-    assert facts["server_args"]["api_key"] == "********"
+    assert facts["server_args"]["api_key"] == "***"
     assert "k3y-canary" not in json.dumps(facts)
     assert facts["waited_s"] >= 0.9
     assert facts["ready_line_seen"]

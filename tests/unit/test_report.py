@@ -155,3 +155,24 @@ def test_a_simulated_row_never_beats_a_real_one(tmp_path):
     win = report.winners(report.rows(results.load_run(rd, "run1")))
     assert win["single_request"]["layout"] == "cpu-tp1" and not win["single_request"]["simulated"]
     assert win["peak_throughput"]["layout"] == "cpu-tp1"
+
+
+def test_without_matplotlib_the_tables_are_written_and_the_plots_skipped(tmp_path, monkeypatch):
+    """A plain ansible-core controller: matplotlib cannot be imported."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *a, **kw):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError("No module named 'matplotlib'")
+        return real_import(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    rd = str(tmp_path)
+    _fill(rd)
+    out = report.build_report(rd, "run1", plots=True)
+    assert out["files"] == ["REPORT.md", "summary.csv", "summary.json"] and out["measured"] == 2
+    md = (tmp_path / "run1" / "REPORT.md").read_text()
+    assert "Plots skipped: matplotlib is not installed" in md and "Winner for peak throughput: ep8" in md
+    assert not list((tmp_path / "run1").glob("*.png"))

@@ -54,6 +54,8 @@ def test_every_flag_of_the_pinned_sglang_is_accepted():
     dump = json.loads(path.read_text())["flags"]
     argv = []
     for flag, spec in dump.items():
+        if flag == "--config":  # reads a YAML file, as SGLang does: test_config_file_keeps_the_key_off_argv
+            continue
         if not spec.get("takes_value", True):
             argv.append(flag)
             continue
@@ -62,6 +64,17 @@ def test_every_flag_of_the_pinned_sglang_is_accepted():
         argv += [flag, value] if flag != "--model-path" else [flag, "/m"]
     a = flags.parse_args(argv)
     assert a.tp_size == 8 and a.model_path == "/m"
+
+
+def test_config_file_keeps_the_key_off_argv(tmp_path):
+    """SGLang 0.5.23's --config FILE.yaml: keys become flags, the command line wins over the file."""
+    cfg = tmp_path / "key.yaml"
+    cfg.write_text(json.dumps({"api_key": "s3cret", "tp_size": 4}))  # JSON is YAML
+    a = flags.parse_args(["--model-path", "/m", "--config", str(cfg), "--tp-size", "8"])
+    assert a.api_key == "s3cret" and a.tp_size == 8
+    (tmp_path / "key.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        flags.parse_args(["--model-path", "/m", "--config", str(tmp_path / "key.json")])
 
 
 def test_cost_model_grows_with_batch_and_pp():

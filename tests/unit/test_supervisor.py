@@ -113,13 +113,40 @@ def test_api_key_reaches_argv_only_and_is_masked_in_the_log(run_dir):
     supervisor.start(str(run_dir), "s", [PY, "-c", code, "--api-key", "${SGLANG_API_KEY}"], api_key=key)
     assert wait_for(lambda: supervisor.status(str(run_dir), "s")["exit"] is not None)
     log = log_text(run_dir, "s")
-    assert "argv ['--api-key', '********']" in log  # the engine got the key, the log shows the mask
+    assert "argv ['--api-key', '***']" in log  # the engine got the key, the log shows the mask
     assert "env None" in log
     for f in run_dir.iterdir():
         assert key not in f.read_text(errors="replace"), f
     with open(supervisor.paths(str(run_dir), "s")["spec"]) as f:
         spec = json.load(f)
     assert "${SGLANG_API_KEY}" in spec["argv"]
+
+
+def test_api_key_config_file_and_secret_env_stay_off_argv_and_out_of_the_files(run_dir):
+    """SGLang's --config file carries the key (0600, gone when the engine exits); secret variables
+    reach the engine's environment through the wrapper only; the log shows ***."""
+    key, token = "s3cret-canary-key", "hf_canary_token"
+    code = (
+        "import json, os, stat, sys; p = sys.argv[2]; print('argv', sys.argv[1:]); "
+        "print('cfg', json.load(open(p))['api_key'][::-1], oct(stat.S_IMODE(os.stat(p).st_mode))); "
+        "print('token', os.environ.get('HF_TOKEN'))"
+    )
+    supervisor.start(
+        str(run_dir),
+        "c",
+        [PY, "-c", code, "--config", "${SGLANG_API_KEY_CONFIG}"],
+        api_key=key,
+        secret_env={"HF_TOKEN": token},
+    )
+    assert wait_for(lambda: supervisor.status(str(run_dir), "c")["exit"] is not None)
+    log = log_text(run_dir, "c")
+    # the file held the key (printed reversed, so the mask does not hide it), mode 0600
+    assert "--config" in log and key not in log and f"cfg {key[::-1]} 0o600" in log
+    assert "token ***" in log  # the engine had the token; the log masks it
+    for f in run_dir.iterdir():
+        text = f.read_text(errors="replace")
+        assert key not in text and token not in text, f
+    assert not list(run_dir.glob("*.key.yaml"))  # removed when the engine exited
 
 
 def test_check_mode_changes_nothing(run_dir):

@@ -3,11 +3,12 @@
 
 Usage: sglang-redact <engine argv...>   (SGLANG_API_KEY in the environment)
 
-SGLang logs `server_args=ServerArgs(..., api_key='...')` at start-up (0.5.x), so with
---api-key the key would reach the journal. The unit starts the engine through this
-launcher when a key is set: the literal argument ${SGLANG_API_KEY} is replaced by the
-key from the environment (the EnvironmentFile, 0640 root:<group>), the key is removed
-from the engine's environment, and every output line has the key replaced by ********.
+SGLang logs `server_args=ServerArgs(..., api_key='...')` at start-up (0.5.x), so the key
+would reach the journal. The unit starts the engine through this launcher when a key is
+set: the engine reads the key from its --config file (SGLang) or from the literal argument
+${SGLANG_API_KEY}, replaced here by the key from the environment (vLLM); the launcher
+takes the key from the EnvironmentFile (0640 root:<group>), removes it from the engine's
+environment, and every output line has the key replaced by ***.
 Signals are forwarded; the launcher exits like the engine (same status, same signal),
 so systemd sees what it would see without it. Standard library only.
 """
@@ -19,7 +20,7 @@ import subprocess
 import sys
 
 PLACEHOLDER = "${SGLANG_API_KEY}"
-MASK = b"********"
+MASK = b"***"
 
 
 def main() -> int:

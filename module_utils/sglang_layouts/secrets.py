@@ -1,0 +1,53 @@
+"""Which environment variables are secret, and how the tool masks them.
+
+One source of truth for `sglang_secret_env`: the planner masks secret values in
+the plan (so the plan JSON, the facts, the records, the evidence and the report
+only ever see MASK), and the service role writes the real values to the
+layout's EnvironmentFile (0640 root:<service group>) and nowhere else.
+Standard library only (the simulator and the modules import it too).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+
+MASK = "***"
+# Names (shell-style patterns, matched case-insensitively) whose values are secret by default:
+# gated models need HF_TOKEN, remote stores take *_ACCESS_KEY / *_PASSWORD.
+DEFAULT_SECRET_ENV = ("*TOKEN*", "*KEY*", "*SECRET*", "*PASSWORD*")
+# The API key is always secret, whatever the list says.
+ALWAYS_SECRET = ("SGLANG_API_KEY",)
+
+
+def patterns(secret_env=None) -> list[str]:
+    """The effective list: the user's list (or the default) plus the names that are always secret."""
+    if secret_env is None:
+        secret_env = DEFAULT_SECRET_ENV
+    if isinstance(secret_env, str):
+        secret_env = [secret_env]
+    return [str(p) for p in secret_env] + [n for n in ALWAYS_SECRET if n not in secret_env]
+
+
+def is_secret(name: str, secret_env=None) -> bool:
+    up = str(name).upper()
+    return any(fnmatch.fnmatchcase(up, p.upper()) for p in patterns(secret_env))
+
+
+def split_env(env: dict | None, secret_env=None) -> tuple[dict, dict]:
+    """(plain, secret) parts of an environment mapping."""
+    plain, secret = {}, {}
+    for k, v in (env or {}).items():
+        (secret if is_secret(k, secret_env) else plain)[str(k)] = str(v)
+    return plain, secret
+
+
+def mask_env(env: dict | None, secret_env=None) -> dict:
+    return {str(k): (MASK if is_secret(k, secret_env) else v) for k, v in (env or {}).items()}
+
+
+def mask_text(text: str, values) -> str:
+    """Every occurrence of a secret value replaced by MASK (longest first, so no prefix survives)."""
+    out = str(text)
+    for v in sorted({str(v) for v in values if v and str(v) != MASK}, key=len, reverse=True):
+        out = out.replace(v, MASK)
+    return out
