@@ -1884,7 +1884,7 @@ def level_server_died(cfg, level, api_key=None, timeout=5.0):
             "concurrency": level.get("concurrency"),
             "request_rate": level.get("request_rate"),
             "hung": hung,
-            "detail": f"the server died during {_level_name(level)} ({what})",
+            "detail": f"the server died during {_level_where(level)} ({what})",
         }
     if status == 200:
         return None
@@ -1892,11 +1892,11 @@ def level_server_died(cfg, level, api_key=None, timeout=5.0):
         "concurrency": level.get("concurrency"),
         "request_rate": level.get("request_rate"),
         "hung": False,
-        "detail": f"the server stopped serving during {_level_name(level)} (GET /health: HTTP {status})",
+        "detail": f"the server stopped serving during {_level_where(level)} (GET /health: HTTP {status})",
     }
 
 
-def _level_name(level):
+def _level_where(level):
     rate = level.get("request_rate")
     return f"concurrency {level.get('concurrency')}" if rate is None else f"request rate {rate} req/s"
 
