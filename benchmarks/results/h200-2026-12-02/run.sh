@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 ANS=/opt/ans-site
 export PYTHONPATH_ANS=$ANS
 GPU_ANSIBLE="env PYTHONPATH=$ANS python3 $ANS/bin/ansible-playbook"
-VENV_ARGS="-e @$PWD/.device/gpu-vars.yml"
+VENV_ARGS="-e @$PWD/.device/gpu-vars.yml ${EXTRA_VARS:-}"
 case "$1" in
 probe)
   mkdir -p /opt/wheels; cp .whl/p1/*.whl /opt/wheels/ 2>/dev/null; ls /opt/wheels | wc -l
