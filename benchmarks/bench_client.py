@@ -123,11 +123,23 @@ def oracle_env():
     return env
 
 
-def run_bench_serving(oracle_py, url, args, workdir, tokenizer=None, env=None):
+def run_bench_serving(
+    oracle_py,
+    url,
+    args,
+    workdir,
+    tokenizer=None,
+    env=None,
+    load=None,
+    seed=1,
+    name="bench_serving",
+    timeout=900,
+):
     """sglang.bench_serving (random-ids, fixed lengths) against url; its last JSON line.
 
-    tokenizer: the server's tokenizer folder (default: the conformance tests' offline one)."""
-    out = Path(workdir) / "bench_serving.jsonl"
+    tokenizer: the server's tokenizer folder (default: the conformance tests' offline one).
+    load: the load-shape flags (default: --max-concurrency args.concurrency)."""
+    out = Path(workdir) / f"{name}.jsonl"
     if out.exists():
         out.unlink()
     argv = [
@@ -151,8 +163,7 @@ def run_bench_serving(oracle_py, url, args, workdir, tokenizer=None, env=None):
         "--tokenize-prompt",
         "--num-prompts",
         str(args.num_prompts),
-        "--max-concurrency",
-        str(args.concurrency),
+        *(load if load is not None else ["--max-concurrency", str(args.concurrency)]),
         "--warmup-requests",
         "1",
         "--flush-cache",
@@ -161,11 +172,11 @@ def run_bench_serving(oracle_py, url, args, workdir, tokenizer=None, env=None):
         "--output-file",
         str(out),
         "--seed",
-        "1",
+        str(seed),
     ]
     t0 = time.monotonic()
     proc = subprocess.run(
-        argv, env=env or oracle_env(), cwd=workdir, capture_output=True, text=True, timeout=900
+        argv, env=env or oracle_env(), cwd=workdir, capture_output=True, text=True, timeout=timeout
     )
     if proc.returncode != 0 or not out.is_file():
         sys.exit(

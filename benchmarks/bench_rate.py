@@ -27,11 +27,9 @@ per client to show which of the two is closer to what the server did.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +38,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "module_utils"), str(REPO), str(REPO / "benchmarks")]
 
-from bench_client import find_tokenizer, oracle_env, read_schedule, server_side_tok_s  # noqa: E402
+import bench_client  # noqa: E402
+from bench_client import find_tokenizer, read_schedule, server_side_tok_s  # noqa: E402
 from sglang_layouts import bench  # noqa: E402
 
 from sglang_sim.launcher import SimProcess  # noqa: E402
@@ -50,49 +49,21 @@ LATENCY_TARGET = 0.05
 
 
 def run_bench_serving(oracle_py, url, args, rate, workdir, tokenizer):
-    out = Path(workdir) / f"bench_serving-{rate}.jsonl"
-    argv = [
-        oracle_py,
-        "-m",
-        "sglang.bench_serving",
-        "--backend",
-        "sglang",
-        "--base-url",
-        url,
-        "--dataset-name",
-        "random-ids",
-        "--random-input-len",
-        str(args.input_len),
-        "--random-output-len",
-        str(args.output_len),
-        "--random-range-ratio",
-        "1.0",
-        "--tokenize-prompt",
-        "--num-prompts",
-        str(args.num_prompts),
-        "--request-rate",
-        str(rate),
-        "--warmup-requests",
-        "1",
-        "--flush-cache",
-        "--tokenizer",
-        str(tokenizer),
-        "--output-file",
-        str(out),
-        "--seed",
-        str(args.seed),
-    ]
+    """bench_serving's open-loop mode at `rate` (bench_client's runner with --request-rate)."""
+    load = ["--request-rate", str(rate)]
     if args.max_concurrency:
-        argv += ["--max-concurrency", str(args.max_concurrency)]
-    t0 = time.monotonic()
-    proc = subprocess.run(argv, env=oracle_env(), cwd=workdir, capture_output=True, text=True, timeout=1800)
-    if proc.returncode != 0 or not out.is_file():
-        sys.exit(
-            f"bench_serving failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        )
-    row = json.loads([ln for ln in out.read_text().splitlines() if ln.strip()][-1])
-    row["_t0"] = t0
-    return row
+        load += ["--max-concurrency", str(args.max_concurrency)]
+    return bench_client.run_bench_serving(
+        oracle_py,
+        url,
+        args,
+        workdir,
+        tokenizer,
+        load=load,
+        seed=args.seed,
+        name=f"bench_serving-{rate}",
+        timeout=1800,
+    )
 
 
 def realised_rate(entries):
