@@ -24,7 +24,8 @@ class ActionModule(ActionBase):
         super().run(tmp, task_vars)
         args = dict(self._task.args)
         every = float(args.pop("progress_every", 15) or 0)
-        if args.get("mode", "wait") != "wait" or self._task.check_mode or every <= 0:
+        # (in check mode the module answers at once, without `pending`: the loop below ends there too)
+        if args.get("mode", "wait") != "wait" or every <= 0:
             return self._execute_module(module_name="sglang_health", module_args=args, task_vars=task_vars)
         host = task_vars.get("inventory_hostname", "?") if task_vars else "?"
         resume = None
