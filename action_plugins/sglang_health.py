@@ -42,5 +42,5 @@ class ActionModule(ActionBase):
             resume = result["resume"]
             line = f"{host} {args.get('unit')}: {result.get('phase')}, {result.get('waited_s', 0):.0f} s"
             if line != shown:
-                display.display(line)
+                display.display(line, stderr=True)  # progress, not results: stdout stays machine-readable
                 shown = line

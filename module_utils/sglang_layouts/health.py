@@ -295,10 +295,14 @@ class Prober(threading.Thread):
         self.first_phase: str | None = None
         self.phases: dict[str, float] = {}
         self._stop = threading.Event()
+        # set once the first probe has an answer: a gate slice never ends before it (SGLang's
+        # /health runs a one-token generation, which can take longer than a short slice)
+        self.probed = threading.Event()
 
     def run(self):
         while not self._stop.is_set():
             phase = probe(self.base_url, self.api_key, self.timeout)
+            self.probed.set()
             if self.first_phase is None:
                 self.first_phase = phase
             self.phases.setdefault(phase, time.monotonic())
@@ -608,7 +612,7 @@ def wait_ready(
                     f"not ready after {timeout:.0f} s (last phase: {phase}; HTTP: {prober.phase})",
                     state,
                 )
-            if slice_end is not None and time.monotonic() >= slice_end:
+            if slice_end is not None and time.monotonic() >= slice_end and prober.probed.is_set():
                 found = classifier.found
                 return {
                     "pending": True,

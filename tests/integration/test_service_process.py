@@ -165,3 +165,33 @@ def test_bad_deploys_change_nothing_and_the_running_layout_keeps_running(env):
     finally:
         shutil.rmtree(private, ignore_errors=True)
         run(e, extra, "stop.yml")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the supervisor reads /proc")
+def test_the_gate_shows_the_start_up_phase_while_it_waits(env):
+    """A start that takes longer than the progress interval is never silent: the action plugin prints
+    the phase the engine's log reached (on stderr, so a machine-readable stdout stays clean)."""
+    extra = dict(
+        env["extra"],
+        sglang_service_health_progress_every=0.3,
+        sglang_service_extra_env={"SGLANG_SIM_LOAD_SECONDS": "2.5"},
+    )
+    cmd = [
+        str(VENV_BIN / "ansible-playbook"),
+        "-i",
+        str(REPO / "inventory" / "demo"),
+        str(REPO / "playbooks" / "deploy.yml"),
+        "-e",
+        json.dumps(extra),
+        "-e",
+        "layout=pp8",
+    ]
+    p = subprocess.run(cmd, cwd=REPO, env=env["env"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    shown = [ln for ln in p.stderr.splitlines() if "seed-box sglang-kimi-k2-6-pp8.service:" in ln]
+    assert any("loading weights" in ln for ln in shown), p.stderr[-2000:]
+    out = json.loads(p.stdout)
+    facts = next(r for r in results(out, "Facts - measured readiness"))["ansible_facts"]["sglang_health"]
+    assert 0 < facts["phases"]["loading weights"] < facts["ready_after_s"]
+    rc, _ = run(env["env"], env["extra"], "stop.yml")
+    assert rc == 0
