@@ -135,6 +135,13 @@ options:
         is never silent. Playbooks set I(progress_every) on the action instead.
     type: float
     default: 0
+  progress_every:
+    description:
+      - Seconds between progress lines of the action plugin C(sglang_health) (it runs this module in slices of
+        that length and prints the phase between them); 0 = one silent call.
+      - The module alone, without the action plugin, ignores it.
+    type: float
+    default: 15
   resume:
     description: The C(resume) state a pending call returned; the wait goes on from there (same log position and clock).
     type: dict
@@ -295,6 +302,7 @@ def main():
             "confirm": {"type": "bool", "default": True},
             "api_key": {"type": "str", "no_log": True},
             "slice_s": {"type": "float", "default": 0},
+            "progress_every": {"type": "float", "default": 15},
             "resume": {"type": "dict"},
             "read_as": {"type": "str"},
             "read_paths": {"type": "list", "elements": "path", "default": []},

@@ -25,6 +25,7 @@ def run_playbook(tmp_path):
             "ANSIBLE_LIBRARY": str(REPO / "library"),
             "ANSIBLE_MODULE_UTILS": str(REPO / "module_utils"),
             "ANSIBLE_FILTER_PLUGINS": str(REPO / "filter_plugins"),
+            "ANSIBLE_ACTION_PLUGINS": str(REPO / "action_plugins"),
             "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".venv" / "collections"),
             "ANSIBLE_FORCE_COLOR": "0",
             "PATH": str(REPO / ".venv" / "bin") + os.pathsep + os.environ.get("PATH", ""),
