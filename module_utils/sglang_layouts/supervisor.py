@@ -36,9 +36,9 @@ import subprocess
 import sys
 import time
 
+from .logclass import STOP_MARKER
+
 SECRET_ENV = "SGLANG_API_KEY"
-# Same text as logclass.STOP_MARKER (this module stays import-free for the wrapper's sake).
-STOP_MARKER = "sglang-layouts: stop requested"
 
 # Run as: python3 -c WRAPPER <spec.json>. Keep it self-contained (no imports from here).
 WRAPPER = r"""
