@@ -84,7 +84,11 @@ def test_sigterm_is_escalated_to_sigkill_after_the_timeout(run_dir):
 
 def test_exit_status_is_recorded(run_dir):
     supervisor.start(str(run_dir), "e", [PY, "-c", "import sys; print('bye'); sys.exit(3)"])
-    assert wait_for(lambda: supervisor.status(str(run_dir), "e")["exit"] is not None)
+    # the wrapper writes the exit file just before it exits itself: wait for both
+    assert wait_for(
+        lambda: supervisor.status(str(run_dir), "e")["exit"] is not None
+        and not supervisor.status(str(run_dir), "e")["running"]
+    )
     st = supervisor.status(str(run_dir), "e")
     assert not st["running"]
     assert st["exit"]["exit_code"] == 3
