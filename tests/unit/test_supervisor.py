@@ -86,8 +86,10 @@ def test_exit_status_is_recorded(run_dir):
     supervisor.start(str(run_dir), "e", [PY, "-c", "import sys; print('bye'); sys.exit(3)"])
     # the wrapper writes the exit file just before it exits itself: wait for both
     assert wait_for(
-        lambda: supervisor.status(str(run_dir), "e")["exit"] is not None
-        and not supervisor.status(str(run_dir), "e")["running"]
+        lambda: (
+            supervisor.status(str(run_dir), "e")["exit"] is not None
+            and not supervisor.status(str(run_dir), "e")["running"]
+        )
     )
     st = supervisor.status(str(run_dir), "e")
     assert not st["running"]
