@@ -61,7 +61,12 @@ report: $(STAMP) ## rebuild the report of the latest (or RUN_ID=) run from store
 sim: $(STAMP) ## run the simulated engine in the foreground: make sim ARGS="--model-path models/kimi-k2.6 --tp-size 8 --ep-size 8"
 	$(PY) -m sglang_sim $(ARGS)
 
-test: lint unit integration conformance molecule ## everything CI runs
+# The suites on real parts run side by side: molecule mostly waits on containers, the pytest
+# suites on simulated servers and ansible-playbook, so on a 2-core box together they take about
+# as long as the longest one. Each suite's output is printed whole when it ends (-O).
+test: ## everything CI runs: lint and unit tests, then integration, conformance and molecule side by side
+	$(MAKE) --no-print-directory lint unit
+	$(MAKE) --no-print-directory -j3 -O integration conformance molecule
 
 lint: $(STAMP) ## ruff, yamllint, ansible-lint (production profile)
 	$(VENV)/bin/ruff check .

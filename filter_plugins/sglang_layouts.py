@@ -12,7 +12,7 @@ _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
-from sglang_layouts import bench, planner, wheels  # noqa: E402
+from sglang_layouts import bench, placement, planner, wheels  # noqa: E402
 from sglang_layouts.plan_table import plan_table  # noqa: E402
 from sglang_layouts.secrets import split_env  # noqa: E402
 
@@ -39,6 +39,43 @@ def sglang_layout_secret_env(inputs, name, extra_env=None):
         return planner.layout_secret_env(_plain(inputs), name, _plain(extra_env or {}))
     except planner.PlanError as e:
         raise AnsibleFilterError(f"sglang_layout_secret_env: {e}") from e
+
+
+def sglang_plan_digest(inputs):
+    """A digest of the planner's inputs: a plan fact made from other inputs is planned again."""
+    return planner.inputs_digest(_plain(inputs))
+
+
+def sglang_units_on(plan, host, role=None):
+    """The units of a layout plan that run on `host` (optionally only those of one role)."""
+    return placement.units_on(_plain(plan), _plain(host), _plain(role))
+
+
+def sglang_units_of_layouts(layouts, host):
+    """Every {layout, unit} pair of `layouts` that runs on `host` (placement.units_of_layouts)."""
+    return placement.units_of_layouts(_plain(layouts), _plain(host))
+
+
+def sglang_stop_order(plan, host, layout="all", installed=None):
+    """The units to stop on `host` in two phases (placement.stop_order): {first, then, all}."""
+    return placement.stop_order(_plain(plan), _plain(host), str(layout), _plain(list(installed or [])))
+
+
+def sglang_first_failure(results, step):
+    """A host's outcome of one step over its units: {} or the first failed result, with the step."""
+    return placement.first_failure(_plain(results), _plain(step))
+
+
+def sglang_nodes_outcome(records, hosts, play_hosts, layout="", step="", multinode=True):
+    """The outcome of a layout that spans hosts, from every node's own record (placement.nodes_outcome)."""
+    return placement.nodes_outcome(
+        _plain(list(records)),
+        _plain(list(hosts)),
+        _plain(list(play_hosts)),
+        str(layout),
+        str(step),
+        bool(multinode),
+    )
 
 
 def sglang_plain_env(env, secret_env=None):
@@ -106,6 +143,12 @@ class FilterModule:
             "sglang_plan_table": sglang_plan_table,
             "sglang_layout_secret_env": sglang_layout_secret_env,
             "sglang_plain_env": sglang_plain_env,
+            "sglang_plan_digest": sglang_plan_digest,
+            "sglang_units_on": sglang_units_on,
+            "sglang_first_failure": sglang_first_failure,
+            "sglang_stop_order": sglang_stop_order,
+            "sglang_units_of_layouts": sglang_units_of_layouts,
+            "sglang_nodes_outcome": sglang_nodes_outcome,
             "sglang_host_addresses": sglang_host_addresses,
             "sglang_wheel_pins": sglang_wheel_pins,
             "sglang_drop_pins": sglang_drop_pins,

@@ -22,9 +22,12 @@ options:
     type: str
     required: true
   state:
-    description: C(started), C(stopped), or C(absent), which is stopped plus its pid, spec and exit files removed.
+    description:
+      - C(started), C(restarted) (a running process is replaced even when its command is the same,
+        as after a change of the files it reads), C(stopped), or C(absent), which is stopped plus
+        its pid, spec and exit files removed.
     type: str
-    choices: [started, stopped, absent]
+    choices: [started, restarted, stopped, absent]
     default: started
   run_dir:
     description: Directory for the pidfile, log, spec and exit files.
@@ -33,7 +36,7 @@ options:
   argv:
     description:
       - The command. A literal C(${SGLANG_API_KEY}) argument is replaced by I(api_key) at exec time.
-      - Required when I(state=started).
+      - Required when I(state=started) or I(state=restarted).
     type: list
     elements: str
   env:
@@ -107,8 +110,8 @@ started_at:
   returned: when running
   type: float
 restarted:
-  description: Whether a running process was replaced because its command changed.
-  returned: when state=started and changed
+  description: Whether a running process was replaced (its command changed, or state=restarted).
+  returned: when state=started or restarted and changed
   type: bool
 stop:
   description: How the stop went (signal used, seconds waited).
@@ -124,7 +127,11 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "name": {"type": "str", "required": True},
-            "state": {"type": "str", "choices": ["started", "stopped", "absent"], "default": "started"},
+            "state": {
+                "type": "str",
+                "choices": ["started", "restarted", "stopped", "absent"],
+                "default": "started",
+            },
             "run_dir": {"type": "path", "required": True},
             "argv": {"type": "list", "elements": "str"},
             "env": {"type": "dict", "default": {}},
@@ -135,7 +142,7 @@ def main():
             "secret_env": {"type": "dict", "default": {}, "no_log": True},
             "stop_timeout": {"type": "float", "default": 30},
         },
-        required_if=[("state", "started", ["argv"])],
+        required_if=[("state", "started", ["argv"]), ("state", "restarted", ["argv"])],
         supports_check_mode=True,
     )
     p = module.params

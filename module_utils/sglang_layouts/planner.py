@@ -15,6 +15,7 @@ Semantics (SGLang 0.5.x, see docs/planner.md for sources):
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import math
 import os
@@ -32,6 +33,7 @@ from .model import (
     linear_bytes,
     load_model,
 )
+from .placement import layout_units, placement
 from .render import render_argv, render_env, slug, unit_name
 from .secrets import MASK, is_secret, mask_env
 from .secrets import patterns as secret_patterns
@@ -677,6 +679,8 @@ def plan_layout(
     plan["env"] = mask_env(plan["env"], secret_env)
     for replica in plan.get("replicas") or []:
         replica["env"] = mask_env(replica["env"], secret_env)
+    plan["units"] = layout_units(plan)
+    plan["placement"] = placement(plan, cluster["host"])
     if plan["reasons"]:
         plan["failure"] = "invalid"
         return plan
@@ -1033,6 +1037,12 @@ def _cached_model(model: dict) -> ModelSpec:
     return _MODEL_CACHE[key]
 
 
+def inputs_digest(inputs) -> str:
+    """sha256 of the planner's inputs as canonical JSON: a stored plan of other inputs is stale."""
+    text = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def plan_host(inputs: dict) -> dict:
     """The plan document for one host (see docs/ARCHITECTURE.md)."""
     if not isinstance(inputs, dict):
@@ -1063,6 +1073,7 @@ def plan_host(inputs: dict) -> dict:
     _port_collisions(plans, inputs.get("host"))
     return {
         "schema": PLAN_SCHEMA,
+        "inputs_digest": inputs_digest(inputs),
         "host": inputs.get("host"),
         "model": {
             "name": spec.name,

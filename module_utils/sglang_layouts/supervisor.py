@@ -360,7 +360,9 @@ def ensure(
     python=None,
     secret_env=None,
 ) -> dict:
-    """Idempotent entry point: state started | stopped | absent. Returns a module-ready dict."""
+    """Idempotent entry point: state started | restarted | stopped | absent. Returns a module-ready dict.
+
+    restarted replaces a running process even when its command is the same (the files it reads changed)."""
     st = status(run_dir, name)
     res = {
         "name": name,
@@ -370,10 +372,10 @@ def ensure(
         "log": st["log"],
         "log_offset": st["log_size"],
     }
-    if state == "started":
+    if state in ("started", "restarted"):
         want = digest(argv or [], env, cwd, user, bool(api_key), secret_env)
         have = (st["spec"] or {}).get("digest")
-        if st["running"] and have == want:
+        if st["running"] and have == want and state == "started":
             res["started_at"] = (st["spec"] or {}).get("started_at")
             return res
         res["changed"] = True

@@ -176,7 +176,7 @@ def test_replicas_behind_the_router(env):
     workers = get_json(f"http://127.0.0.1:{port}/workers")
     healthy = sorted(w["url"] for w in workers["workers"] if w["is_healthy"])
     assert healthy == [f"http://127.0.0.1:{port + 1}", f"http://127.0.0.1:{port + 2}"], workers
-    facts = next(r for r in results(out, "Router | Facts"))["ansible_facts"]
+    facts = next(r for r in results(out, "Facts | Measured readiness"))["ansible_facts"]
     assert facts["sglang_service_current"]["url"] == f"http://127.0.0.1:{port}"
     assert facts["sglang_health"]["max_total_num_tokens"] > 0
 

@@ -69,10 +69,12 @@ def run(env, extra, playbook, *args):
 
 
 def results(out, name_part):
+    """Each host's result of the tasks named so; a task that loops over units gives each unit's."""
     for play in out["plays"]:
         for task in play["tasks"]:
             if name_part in task["task"]["name"]:
-                yield from task["hosts"].values()
+                for res in task["hosts"].values():
+                    yield from res.get("results") or [res]
 
 
 def stats(out):
@@ -89,7 +91,7 @@ def test_deploy_idempotent_oom_and_stop(env):
 
     rc, out = run(e, extra, "deploy.yml", "-e", "layout=ep8")
     assert rc == 0, json.dumps(out["stats"])
-    facts = next(r for r in results(out, "Facts - measured readiness"))["ansible_facts"]["sglang_health"]
+    facts = next(r for r in results(out, "Facts | Measured readiness"))["ansible_facts"]["sglang_health"]
     assert facts["layout"] == "ep8"
     assert facts["max_total_num_tokens"] > 0
     assert facts["predicted"]["kv_tokens"] > 0
@@ -109,7 +111,7 @@ def test_deploy_idempotent_oom_and_stop(env):
 
     rc, out = run(e, extra, "deploy.yml", "-e", "layout=tp4ep2", "-e", "sglang_force=true")
     assert rc != 0
-    failed = next(results(out, "Health | Wait"))
+    failed = next(results(out, "Gate | Wait"))
     assert failed["failure_class"] == "cuda_oom"
     assert "CUDA out of memory" in failed["evidence"]["line"]
     assert len(failed["evidence"]["log_tail"]) <= 30
@@ -152,11 +154,12 @@ def test_bad_deploys_change_nothing_and_the_running_layout_keeps_running(env):
         for case, (override, needle) in bad.items():
             rc, out = run(e, {**extra, **override}, "deploy.yml", "-e", "layout=ep8")
             msgs = [
-                str(h.get("msg"))
+                str(r.get("msg"))
                 for p in out["plays"]
                 for t in p["tasks"]
                 for h in t["hosts"].values()
-                if h.get("failed")
+                for r in h.get("results") or [h]
+                if r.get("failed")
             ]
             assert rc != 0 and any(needle in m for m in msgs), (case, msgs)
             assert _snapshot(run_dir) == before, case
@@ -191,7 +194,31 @@ def test_the_gate_shows_the_start_up_phase_while_it_waits(env):
     shown = [ln for ln in p.stderr.splitlines() if "seed-box sglang-kimi-k2-6-pp8.service:" in ln]
     assert any("loading weights" in ln for ln in shown), p.stderr[-2000:]
     out = json.loads(p.stdout)
-    facts = next(r for r in results(out, "Facts - measured readiness"))["ansible_facts"]["sglang_health"]
+    facts = next(r for r in results(out, "Facts | Measured readiness"))["ansible_facts"]["sglang_health"]
     assert 0 < facts["phases"]["loading weights"] < facts["ready_after_s"]
     rc, _ = run(env["env"], env["extra"], "stop.yml")
     assert rc == 0
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the supervisor reads /proc")
+def test_one_phase_by_tag(env):
+    """--tags picks a phase of the role: preflight alone changes nothing; install + run deploy."""
+    e, extra, run_dir = env["env"], env["extra"], env["run_dir"]
+    assert run(e, extra, "stop.yml")[0] == 0
+
+    rc, out = run(e, extra, "deploy.yml", "-e", "layout=ep8", "--tags", "sglang_service_preflight")
+    assert rc == 0, json.dumps(out["stats"])
+    checked = list(results(out, "Preflight | Verdict"))
+    assert checked and not any(r.get("failed") for r in checked)
+    assert not list(results(out, "Gate | ")), "the gate is not part of the preflight phase"
+    assert pids(run_dir) == [] and stats(out)["changed"] == 0
+
+    rc, out = run(
+        e, extra, "deploy.yml", "-e", "layout=ep8", "--tags", "sglang_service_install,sglang_service_run"
+    )
+    assert rc == 0, json.dumps(out["stats"])
+    assert not list(results(out, "Preflight | Verdict"))
+    facts = next(results(out, "Facts | Measured readiness"))["ansible_facts"]["sglang_health"]
+    assert facts["layout"] == "ep8" and facts["max_total_num_tokens"] > 0
+    assert pids(run_dir) == ["sglang-kimi-k2-6-ep8.service.pid"]
+    assert run(e, extra, "stop.yml")[0] == 0
