@@ -1,39 +1,53 @@
-"""The planner: SGLang's parallelism rules and the per-rank memory model.
+"""The planner: one plan per host, each layout's verdict, memory per rank, KV capacity and units.
 
-One source of truth: the filter plugins, the modules, the simulator and the
-report import this module; nothing else restates its rules.
-
-Semantics (SGLang 0.5.x, see docs/planner.md for sources):
-  * GPUs used = tp x pp, times dp only when dp runs replicas (no dp-attention).
-  * ep carves the experts out of the TP group: each rank holds E/ep experts,
-    each sliced moe_tp = tp/ep ways, so ep must divide tp.
-  * dp-attention splits attention into dp groups inside TP: attn_tp = tp/dp.
-  * KV budget: mem_fraction_static of the memory free before load holds the
-    weights plus the KV pool; whatever the weights leave is the pool.
+One source of truth: the filter plugins, the modules, the simulator and the report import this
+module; nothing else restates its rules. Its parts: the inputs (plan_inputs.py), the
+parallelism rules (plan_rules.py), the per-rank memory model (memory.py), where the units run
+(placement.py); this file puts them together (plan_layout, plan_host) and checks the layouts of a
+host against each other (units, ports, shared GPUs).
 """
 
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
 import math
 import os
-import re
 
 from .engines import SGLANG, Engine, engine_flags, flag_index
 from .engines import engine as engine_spec
+from .memory import (
+    CUDA_CONTEXT_GIB,
+    MIN_DYNAMIC_GIB,
+    TRANSIENT_LAYERS,
+    VLLM_ACTIVATION_GIB,
+    allocation_sequence,
+    decode_cost,
+    kv_dtype_bytes,
+    largest_layer_bytes,
+    pp_layer_ranges,
+    stage_bytes,
+)
 from .model import (
     GIB,
-    STAGE_FIRST,
-    STAGE_LAST,
     SUPPORTED_ARCHITECTURES,
     ModelSpec,
     PlanError,
-    linear_bytes,
     load_model,
 )
 from .placement import layout_units, placement
+from .plan_inputs import (
+    LAYOUT_KEYS,
+    _float,
+    check_env,
+    check_text,
+    inputs_digest,
+    normalize_cluster,
+    normalize_hardware,
+    normalize_layout,
+    normalize_serving,
+)
+from .plan_rules import layout_problems, parallel_shape
 from .render import render_argv, render_env, slug, unit_name
 from .secrets import MASK, is_secret, mask_env
 from .secrets import patterns as secret_patterns
@@ -43,6 +57,8 @@ __all__ = [
     "SUPPORTED_ARCHITECTURES",
     "PlanError",
     "allocation_sequence",
+    "decode_cost",
+    "inputs_digest",
     "load_model",
     "plan_host",
     "plan_layout",
@@ -50,33 +66,6 @@ __all__ = [
 ]
 
 PLAN_SCHEMA = "sglang-layouts/plan/v1"
-
-LAYOUT_KEYS = {
-    "name": "unique name, used in the unit name",
-    "tp": "tensor parallel size (--tp-size)",
-    "pp": "pipeline parallel size (--pp-size)",
-    "ep": "expert parallel size inside the TP group (--ep-size)",
-    "dp": "data parallel size (--dp-size)",
-    "enable_dp_attention": "data-parallel attention inside the TP group (--enable-dp-attention)",
-    "nnodes": "number of hosts the layout spans (--nnodes)",
-    "gpus": "device ids to use on each host (CUDA_VISIBLE_DEVICES)",
-    "port": "HTTP port (default sglang_base_port)",
-    "args": "extra SGLang flags as a mapping, e.g. {kv_cache_dtype: fp8_e4m3}",
-    "env": "extra environment variables for the server",
-    "replicas": "independent copies of the layout behind a router",
-    "engine": "sglang (default) or sim",
-    "force": "start it even when the planner says oom or invalid (to record the real failure)",
-}
-
-# CUDA context, NCCL and cuBLAS workspaces: memory PyTorch cannot use. 1 GiB reproduces the seed's OOM
-# ("Tried to allocate 672.00 MiB" with 93.62 GiB allocated on a 94.97 GiB card needs 0.69-1.35 GiB).
-CUDA_CONTEXT_GIB = 1.0
-# Below this, the memory outside the static pool (CUDA graphs, activations) is tight.
-MIN_DYNAMIC_GIB = 2.0
-# vLLM's profiled activation peak inside --gpu-memory-utilization (a few hundred MiB to ~2 GiB).
-VLLM_ACTIVATION_GIB = 1.0
-# Weight load also needs room for one layer's transient copy (INT4 Marlin repack etc.).
-TRANSIENT_LAYERS = 1
 
 
 def sglang_flags(sglang_version: str | None = None) -> dict:
@@ -87,135 +76,6 @@ def sglang_flags(sglang_version: str | None = None) -> dict:
 # ---------------------------------------------------------------------------
 # Input normalisation
 # ---------------------------------------------------------------------------
-
-
-def _int(value, what: str, minimum: int = 1) -> int:
-    if isinstance(value, bool):
-        raise PlanError(f"{what} must be an integer, not {value!r}")
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        raise PlanError(f"{what} must be an integer, not {value!r}") from None
-    if n != float(value) or n < minimum:
-        raise PlanError(f"{what} must be an integer >= {minimum}, not {value!r}")
-    return n
-
-
-def _float(value, what: str) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise PlanError(f"{what} must be a number, not {value!r}") from None
-
-
-def _bool(value, what: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "yes", "1", "false", "no", "0"):
-        return value.lower() in ("true", "yes", "1")
-    raise PlanError(f"{what} must be true or false, not {value!r}")
-
-
-# A newline in a value that reaches a unit file starts a new directive (ExecStartPre=... would run as
-# root); CR and NUL cut or split the line the same way. No engine flag or variable needs one.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_CONTROL_NAMES = {"\n": "a newline", "\r": "a carriage return", "\x00": "a NUL byte", "\t": "a tab"}
-# POSIX: letters, digits and underscore, not starting with a digit (systemd refuses others too).
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def check_text(value, where: str, key: str) -> None:
-    """Refuse control characters in anything that reaches argv, a unit file or an environment."""
-    values = value if isinstance(value, list | tuple) else [value]
-    for v in values:
-        if isinstance(v, dict | list | tuple):
-            continue
-        m = _CONTROL.search(str(v))
-        if m:
-            what = _CONTROL_NAMES.get(m.group(), f"the control character {m.group()!r}")
-            raise PlanError(
-                f"{where} {key} contains {what} at character {m.start() + 1} (the value is not shown: it may be "
-                "a secret); a unit file would read what follows as a new line. "
-                f"Write {key} as one line of printable text."
-            )
-
-
-def check_env(env, where: str, key: str = "env") -> dict[str, str]:
-    """An environment mapping: POSIX names, one-line values."""
-    if env is None:
-        return {}
-    if not isinstance(env, dict):
-        raise PlanError(f"{where} {key} must be a mapping of NAME: value, not {env!r}")
-    out = {}
-    for name, value in env.items():
-        name = str(name)
-        if not _ENV_NAME.match(name):
-            better = re.sub(r"[^A-Za-z0-9_]", "_", name)
-            better = ("_" + better) if better[:1].isdigit() else better
-            raise PlanError(
-                f"{where} {key} name {name!r} is not an environment variable name (letters, digits and _, "
-                f"not starting with a digit). Write {better or 'NAME'} instead."
-            )
-        if isinstance(value, dict | list):
-            raise PlanError(f"{where} {key}.{name} must be a string or a number, not {value!r}")
-        check_text(value, where, f"{key}.{name}")
-        out[name] = "" if value is None else str(value)
-    return out
-
-
-def normalize_layout(layout: dict) -> dict:
-    if not isinstance(layout, dict):
-        raise PlanError(f"each entry of sglang_layouts must be a mapping, not {layout!r}")
-    name = layout.get("name")
-    if not name or not isinstance(name, str):
-        raise PlanError(f"layout {layout!r} has no name: every entry of sglang_layouts needs name:")
-    check_text(name, f"layout {name!r}:", "name")
-    if not slug(name):
-        raise PlanError(
-            f"layout {name!r}: name has no letter or digit, so it cannot name a unit. Write e.g. name: tp8."
-        )
-    unknown = sorted(set(layout) - set(LAYOUT_KEYS))
-    if unknown:
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, LAYOUT_KEYS, n=1)
-            hints.append(f"{key}" + (f" (did you mean {close[0]}?)" if close else ""))
-        raise PlanError(
-            f"layout {name}: unknown key(s) {', '.join(hints)}. Known keys: {', '.join(LAYOUT_KEYS)}; "
-            "other SGLang flags go under args:"
-        )
-    where = f"layout {name}:"
-    out = {
-        "name": name,
-        "tp": _int(layout.get("tp", 1), f"{where} tp"),
-        "pp": _int(layout.get("pp", 1), f"{where} pp"),
-        "ep": _int(layout.get("ep", 1), f"{where} ep"),
-        "dp": _int(layout.get("dp", 1), f"{where} dp"),
-        "enable_dp_attention": _bool(
-            layout.get("enable_dp_attention", False), f"{where} enable_dp_attention"
-        ),
-        "nnodes": _int(layout.get("nnodes", 1), f"{where} nnodes"),
-        "replicas": _int(layout.get("replicas", 1), f"{where} replicas"),
-        "port": _int(layout["port"], f"{where} port") if layout.get("port") is not None else None,
-        "gpus": None,
-        "args": dict(layout.get("args") or {}) if isinstance(layout.get("args") or {}, dict) else {},
-        "env": check_env(layout.get("env"), where),
-        "engine": layout.get("engine"),
-        "force": _bool(layout.get("force", False), f"{where} force"),
-    }
-    for key, value in out["args"].items():
-        check_text(key, where, "args key")
-        check_text(value, where, f"args.{key}")
-    if out["port"] is not None and out["port"] > 65535:
-        raise PlanError(f"{where} port {out['port']} is not a TCP port (1-65535)")
-    if layout.get("gpus") is not None:
-        gpus = layout["gpus"]
-        if isinstance(gpus, str):
-            gpus = [g for g in gpus.split(",") if g.strip()]
-        out["gpus"] = [_int(g, f"{where} gpus entry", minimum=0) for g in gpus]
-    if not isinstance(layout.get("args") or {}, dict):
-        raise PlanError(f"{where} args must be a mapping of SGLang flags, e.g. {{kv_cache_dtype: fp8_e4m3}}")
-    return out
 
 
 def canonical_args(
@@ -259,321 +119,9 @@ def canonical_args(
 # ---------------------------------------------------------------------------
 
 
-def parallel_shape(lay: dict, eng: Engine = SGLANG) -> dict:
-    tp, pp, ep, dp = lay["tp"], lay["pp"], lay["ep"], lay["dp"]
-    if eng.name == "vllm":
-        # vLLM 0.32: each dp rank runs attention (and its KV pool) with its own TP group; the MoE
-        # layers span all tp x dp GPUs either way: whole experts with --enable-expert-parallel,
-        # else every expert sliced tp x dp ways (fused_moe/config.py flatten_tp_across_dp).
-        ep_on = ep > 1
-        return {
-            "tp": tp,
-            "pp": pp,
-            "ep": tp * dp if ep_on else 1,
-            "dp": dp,
-            "dp_attention": False,
-            "attn_tp": tp,
-            "moe_tp": 1 if ep_on else tp * dp,
-            "expert_ways": tp * dp,
-            "nnodes": lay["nnodes"],
-            "replicas": lay["replicas"],
-            "gpus_per_engine": tp * pp * dp,
-        }
-    dp_attention = lay["enable_dp_attention"] and dp > 1
-    attn_tp = tp // dp if dp_attention and tp % dp == 0 else tp
-    moe_tp = tp // ep if ep and tp % ep == 0 else 0
-    replicas_dp = dp if (dp > 1 and not dp_attention) else 1
-    return {
-        "tp": tp,
-        "pp": pp,
-        "ep": ep,
-        "dp": dp,
-        "dp_attention": dp_attention,
-        "attn_tp": attn_tp,
-        "moe_tp": moe_tp,
-        # routed experts: E/ep experts per rank, each sliced moe_tp = tp/ep ways => 1/tp of the bytes
-        "expert_ways": tp,
-        "nnodes": lay["nnodes"],
-        "replicas": lay["replicas"],
-        "gpus_per_engine": tp * pp * replicas_dp,
-    }
-
-
-def _suggest_ep_layout(tp: int, ep: int, gpus_available: int) -> str | None:
-    """The layout that gives 'MoE TPa x EPb' over all GPUs: tp = a*b, ep = b."""
-    total = tp * ep
-    if total <= gpus_available and total > tp:
-        return f"For MoE TP{tp} x EP{ep} over {total} GPUs write tp: {total}, ep: {ep}."
-    return None
-
-
-def _vllm_problems(lay: dict, par: dict) -> list[str]:
-    name, tp, dp = lay["name"], par["tp"], par["dp"]
-    reasons = []
-    if lay["ep"] > 1 and lay["ep"] != tp * dp:
-        reasons.append(
-            f"{name}: vLLM's expert parallelism spans all tp x dp GPUs (--enable-expert-parallel): write "
-            f"ep: {tp * dp}, or leave ep out to slice every expert over TP."
-        )
-    if lay["enable_dp_attention"]:
-        reasons.append(
-            f"{name}: vLLM has no --enable-dp-attention; with dp > 1 it already runs attention data-parallel. "
-            "Drop enable_dp_attention."
-        )
-    if par["nnodes"] > 1:
-        reasons.append(
-            f"{name}: multi-node vLLM (Ray) is not supported here yet; use the sglang engine for nnodes > 1."
-        )
-    return reasons
-
-
-def layout_problems(
-    lay: dict, par: dict, spec: ModelSpec, hardware: dict, eng: Engine = SGLANG
-) -> tuple[list[str], list[str]]:
-    """(reasons the layout is invalid, notes that do not change the verdict)."""
-    name, tp, pp, ep, dp = lay["name"], par["tp"], par["pp"], par["ep"], par["dp"]
-    gpu_count, nnodes = hardware["gpu_count"], par["nnodes"]
-    available = gpu_count * nnodes
-    used = par["gpus_per_engine"]
-    used_with_replicas = used * par["replicas"]
-    reasons, notes = [], []
-    if eng.name == "vllm":
-        reasons += _vllm_problems(lay, par)
-    elif ep > tp:
-        hint = _suggest_ep_layout(tp, ep, available) or ""
-        reasons.append(
-            f"{name}: ep ({ep}) is larger than tp ({tp}). In SGLang ep splits the experts inside the tp group, "
-            f"so ep must divide tp; SGLang crashes at start with ZeroDivisionError (moe_tp = tp / ep = 0). {hint}".strip()
-        )
-    elif eng.name != "vllm" and tp % ep:
-        reasons.append(
-            f"{name}: ep ({ep}) must divide tp ({tp}): each of the ep groups takes tp/ep GPUs of the tp group."
-        )
-    if lay["enable_dp_attention"] and eng.name != "vllm":
-        if dp == 1:
-            notes.append(
-                f"{name}: enable_dp_attention with dp 1 does nothing (SGLang turns it off); set dp > 1."
-            )
-        elif tp % dp:
-            reasons.append(
-                f"{name}: dp-attention needs tp % dp == 0 (tp {tp}, dp {dp}): attention runs tp/dp-way inside each of the dp groups."
-            )
-    if (tp * pp) % nnodes:
-        reasons.append(
-            f"{name}: tp x pp ({tp * pp}) must be divisible by nnodes ({nnodes}): every host runs the same number of ranks."
-        )
-    if dp > 1 and nnodes > 1 and not par["dp_attention"] and eng.name != "vllm":
-        reasons.append(
-            f"{name}: SGLang does not support multi-node data parallelism without dp-attention; use replicas: or enable_dp_attention."
-        )
-    if used > available:
-        where = f"the host has {gpu_count}" if nnodes == 1 else f"{nnodes} hosts x {gpu_count} = {available}"
-        reasons.append(
-            f"{name}: needs {used} GPUs (GPUs = tp x pp"
-            + (" x dp" if used != tp * pp else "")
-            + f") but {where}."
-        )
-    elif used_with_replicas < available and not reasons:
-        used = used_with_replicas
-        idle = available - used
-        text = (
-            f"{name} uses {used} of the {available} GPUs (GPUs = tp x pp; ep splits experts inside the tp group)."
-            if ep > 1
-            else f"{name} uses {used} of the {available} GPUs (GPUs = tp x pp); {idle} stay idle."
-        )
-        hint = _suggest_ep_layout(tp, ep, available) if ep > 1 else None
-        notes.append(f"{text} {hint}" if hint else text)
-    if lay["gpus"] is not None:
-        per_node = used // nnodes if used % nnodes == 0 else used
-        if len(lay["gpus"]) != per_node:
-            reasons.append(
-                f"{name}: gpus lists {len(lay['gpus'])} devices but the layout uses {per_node} per host."
-            )
-        if len(set(lay["gpus"])) != len(lay["gpus"]):
-            reasons.append(f"{name}: gpus lists a device twice: {lay['gpus']}.")
-        bad = [g for g in lay["gpus"] if g >= gpu_count]
-        if bad:
-            reasons.append(
-                f"{name}: gpus {bad} do not exist on a host with {gpu_count} GPUs (ids 0-{gpu_count - 1})."
-            )
-    # Shape rules of the model under this split.
-    if not reasons:
-        reasons += _shape_problems(name, par, spec, eng)
-    return reasons, notes
-
-
-def _shape_problems(name: str, par: dict, spec: ModelSpec, eng: Engine = SGLANG) -> list[str]:
-    problems = []
-    tp, attn_tp, pp = par["tp"], par["attn_tp"], par["pp"]
-    if spec.num_heads % attn_tp:
-        problems.append(
-            f"{name}: {spec.num_heads} attention heads do not split {attn_tp} ways (attention TP)."
-        )
-    if pp > spec.num_layers:
-        problems.append(f"{name}: pp {pp} exceeds the model's {spec.num_layers} layers.")
-    if spec.family != "mla_moe":
-        kv = spec.num_kv_heads
-        if kv % attn_tp and attn_tp % kv:
-            problems.append(
-                f"{name}: {kv} KV heads cannot be split or replicated over attention TP {attn_tp}."
-            )
-    if spec.is_moe and par["moe_tp"] and spec.n_experts % par["ep"]:
-        problems.append(f"{name}: {spec.n_experts} experts do not split into ep {par['ep']} equal groups.")
-    q = spec.quant
-    for lin in spec.linears:
-        if lin.split == "none":
-            continue
-        ways = {"attn_tp": attn_tp, "kv_heads": attn_tp, "tp": tp, "experts": par["moe_tp"] or 1}[lin.shard]
-        if lin.shard == "kv_heads" and spec.num_kv_heads < attn_tp:
-            continue  # replicated heads
-        dim = lin.out_features if lin.split == "column" else lin.in_features
-        what = lin.name.replace("model.layers.L.", "").replace(".E.", ".")
-        if dim % ways:
-            problems.append(f"{name}: {what} ({dim} along the split) does not divide {ways} ways.")
-            continue
-        local = dim // ways
-        module = lin.name.replace(".L.", ".1.").replace(".E.", ".0.")
-        if not q.is_quantized(module):
-            continue
-        if q.method == "fp8_block":
-            block = q.block[0] if lin.split == "column" else q.block[1]
-            if local % block:
-                problems.append(
-                    f"{name}: {what} splits into {local}-wide slices, not whole {block}-wide fp8 weight blocks "
-                    f"({dim} / {ways}); {eng.label} refuses such quantized shards. Use fewer "
-                    + ("moe_tp ways (raise ep)." if lin.shard == "experts" else "TP ranks.")
-                )
-        elif q.method == "int4_group" and lin.split == "row" and local % q.group_size:
-            problems.append(
-                f"{name}: {what} splits its {dim} inputs into {local}-wide slices, not whole int4 groups of "
-                f"{q.group_size}; use fewer "
-                + ("moe_tp ways (raise ep)." if lin.shard == "experts" else "TP ranks.")
-            )
-    return problems
-
-
 # ---------------------------------------------------------------------------
 # Memory
 # ---------------------------------------------------------------------------
-
-
-def shard_factor(kind: str, par: dict, spec: ModelSpec) -> float:
-    if kind == "replicated":
-        return 1.0
-    if kind == "attn_tp":
-        return 1.0 / par["attn_tp"]
-    if kind == "kv_heads":
-        kv = spec.num_kv_heads
-        return max(1, kv // par["attn_tp"]) / kv
-    if kind == "tp":
-        return 1.0 / par["tp"]
-    if kind == "vocab":
-        return 1.0 if par["dp_attention"] else 1.0 / par["tp"]
-    if kind == "experts":
-        return 1.0 / par["expert_ways"]
-    raise ValueError(kind)
-
-
-def pp_layer_ranges(num_layers: int, pp: int) -> list[tuple[int, int]]:
-    """SGLang's get_pp_indices: even split, the *last* `remainder` stages get one more layer."""
-    env = os.environ.get("SGLANG_PP_LAYER_PARTITION")
-    if env:
-        sizes = [int(x) for x in env.split(",")]
-        if len(sizes) != pp or sum(sizes) != num_layers:
-            raise PlanError(f"SGLANG_PP_LAYER_PARTITION={env} must have {pp} entries summing to {num_layers}")
-    else:
-        base, rem = divmod(num_layers, pp)
-        sizes = [base + (1 if i >= pp - rem else 0) for i in range(pp)]
-    ranges, start = [], 0
-    for s in sizes:
-        ranges.append((start, start + s - 1))
-        start += s
-    return ranges
-
-
-def stage_of(stage: int, ranges: list[tuple[int, int]]) -> int:
-    if stage == STAGE_FIRST:
-        return 0
-    if stage == STAGE_LAST:
-        return len(ranges) - 1
-    for i, (a, b) in enumerate(ranges):
-        if a <= stage <= b:
-            return i
-    raise ValueError(stage)
-
-
-def stage_bytes(spec: ModelSpec, par: dict) -> list[dict[str, float]]:
-    """Per PP stage: bytes on one rank of that stage, by component."""
-    ranges = pp_layer_ranges(spec.num_layers, par["pp"])
-    stages: list[dict[str, float]] = [{} for _ in ranges]
-    for t in spec.tensors:
-        s = stages[stage_of(t.stage, ranges)]
-        s[t.component] = s.get(t.component, 0.0) + t.nbytes * shard_factor(t.shard, par, spec)
-    return stages
-
-
-def largest_layer_bytes(spec: ModelSpec, par: dict) -> float:
-    per_layer: dict[int, float] = {}
-    for t in spec.tensors:
-        if t.stage >= 0:
-            per_layer[t.stage] = per_layer.get(t.stage, 0.0) + t.nbytes * shard_factor(t.shard, par, spec)
-    return max(per_layer.values(), default=0.0)
-
-
-def kv_dtype_bytes(spec: ModelSpec, kv_cache_dtype: str | None) -> int:
-    dtype = (kv_cache_dtype or "auto").lower()
-    if dtype == "auto":
-        return spec.quant.param_bytes
-    if dtype.startswith("fp8"):
-        return 1
-    if dtype in ("bf16", "bfloat16", "fp16", "float16"):
-        return 2
-    if dtype.startswith("fp4"):
-        return 1  # packed + scales; conservative
-    raise PlanError(f"kv_cache_dtype {kv_cache_dtype!r} is not known to the planner")
-
-
-def allocation_sequence(spec: ModelSpec, layout_plan: dict, rank: int = 0) -> list[tuple[str, int]]:
-    """Weights in model-construction order for one rank: (tensor name, bytes on that rank).
-
-    Routed experts become SGLang's fused MoE parameters in the order its quantization method
-    registers them (w13 and w2 weights, then their scales), so an OOM names the tensor SGLang
-    would have been allocating.
-    """
-    par = layout_plan["parallel"]
-    ranges = pp_layer_ranges(spec.num_layers, par["pp"])
-    stage = layout_plan["ranks"][rank]["pp_rank"]
-    lins = {lin.name.rsplit(".", 1)[1]: lin for lin in spec.linears if lin.component == "routed_experts"}
-    experts_factor = shard_factor("experts", par, spec)
-    seq: list[tuple[str, int]] = []
-    for t in spec.tensors:
-        if stage_of(t.stage, ranges) != stage:
-            continue
-        if t.component == "routed_experts" and spec.mode == "config":
-            if not t.name.endswith("down_proj"):
-                continue  # gate/up are fused into w13; emitted with down_proj below
-            base = f"model.layers.{t.stage}.mlp.experts."
-            w13 = sum(linear_bytes(spec.quant, lins[k], t.stage) for k in ("gate_proj", "up_proj"))
-            w2 = linear_bytes(spec.quant, lins["down_proj"], t.stage)
-            w13_parts = _split_weight_scale(
-                spec, base + "w13_weight", w13 * experts_factor, lins["up_proj"], 2
-            )
-            w2_parts = _split_weight_scale(
-                spec, base + "w2_weight", w2 * experts_factor, lins["down_proj"], 1
-            )
-            seq += [w13_parts[0], w2_parts[0], *w13_parts[1:], *w2_parts[1:]]
-            continue
-        seq.append((t.name, int(t.nbytes * shard_factor(t.shard, par, spec))))
-    return seq
-
-
-def _split_weight_scale(spec: ModelSpec, name: str, nbytes: float, lin, n: int) -> list[tuple[str, int]]:
-    q = spec.quant
-    if q.method == "int4_group":
-        packed = lin.in_features * lin.out_features * lin.experts * n / 2
-        frac = packed / linear_bytes(q, lin) / n
-        return [(name + "_packed", int(nbytes * frac)), (name + "_scale", int(nbytes * (1 - frac)))]
-    return [(name, int(nbytes))]
 
 
 # ---------------------------------------------------------------------------
@@ -791,65 +339,9 @@ def _vllm_fixed_kv_gib(eng: Engine, args: dict, env: dict) -> float | None:
     return None
 
 
-def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hardware: dict) -> dict:
-    """Inputs of a decode-step cost model (the simulator's): what one step reads and syncs."""
-    per_stage = []
-    ranges = pp_layer_ranges(spec.num_layers, par["pp"])
-    for i, comps in enumerate(stages):
-        experts = comps.get("routed_experts", 0.0)
-        # the embedding is a gather (a few rows), not a full read
-        dense = sum(v for k, v in comps.items() if k not in ("routed_experts", "embed", "vision"))
-        a, b = ranges[i]
-        n_layers = b - a + 1
-        moe_layers = sum(1 for layer in range(a, b + 1) if spec.is_moe_layer(layer))
-        collectives = 0
-        if par["tp"] > 1:
-            # one all-reduce after attention and one after the MLP of every layer (+ logits on the last stage)
-            collectives = 2 * n_layers + (1 if i == len(stages) - 1 else 0)
-        per_stage.append(
-            {
-                "dense_bytes": int(dense),
-                "expert_bytes": int(experts),
-                "layers": n_layers,
-                "moe_layers": moe_layers,
-                "collectives": collectives,
-            }
-        )
-    return {
-        "stages": per_stage,
-        "n_experts": spec.n_experts,
-        "experts_per_gpu": spec.n_experts // par["ep"] if spec.is_moe and par["moe_tp"] else 0,
-        "top_k": spec.top_k,
-        "tp": par["tp"],
-        "pp": par["pp"],
-        "interconnect": hardware["gpu_interconnect"],
-        "bandwidth_gbs": hardware.get("gpu_memory_bandwidth_gbs"),
-        "kv_bytes_per_token_layer": spec.kv_bytes_per_token_per_layer(par["attn_tp"], spec.quant.param_bytes),
-        # one token's hidden state, the message of each all-reduce (activations in the model dtype)
-        "allreduce_bytes_per_token": int(spec.config["hidden_size"]) * spec.quant.param_bytes,
-    }
-
-
 # ---------------------------------------------------------------------------
 # Plan one host
 # ---------------------------------------------------------------------------
-
-
-def normalize_cluster(cluster: dict | None, host: str | None) -> dict:
-    """The inventory group a multi-node layout spans: host names and addresses in inventory order."""
-    cluster = dict(cluster or {})
-    hosts = [str(h) for h in cluster.get("hosts") or ([host] if host else [])]
-    given = list(cluster.get("addresses") or [])
-    addresses = [
-        str(given[i]) if i < len(given) and given[i] not in (None, "") else h for i, h in enumerate(hosts)
-    ]
-    return {
-        "group": str(cluster.get("group") or "sglang_hosts"),
-        "hosts": hosts,
-        "addresses": addresses,
-        "dist_init_port": _int(cluster.get("dist_init_port") or 50000, "sglang_dist_init_port"),
-        "host": host,
-    }
 
 
 ROUTER_LAUNCHER = ("python3", "-m", "sglang_router.launch_router")
@@ -951,74 +443,6 @@ def _place_nodes(name: str, par: dict, cluster: dict, reasons: list[str], notes:
         notes.append(f"{name} runs on {', '.join(par['nodes'])}, not on {cluster['host']}.")
 
 
-def normalize_hardware(hw: dict) -> dict:
-    if not isinstance(hw, dict):
-        raise PlanError("hardware must be a mapping with gpu_count, gpu_memory_gib, gpu_interconnect")
-    for key in ("gpu_count", "gpu_memory_gib"):
-        if hw.get(key) in (None, ""):
-            raise PlanError(
-                f"{key} is not set for this host: run gpu_facts (playbooks/provision.yml) or set {key} in the inventory"
-            )
-    out = dict(hw)
-    out["gpu_count"] = _int(hw["gpu_count"], "gpu_count")
-    out["gpu_memory_gib"] = _float(hw["gpu_memory_gib"], "gpu_memory_gib")
-    if out["gpu_memory_gib"] <= 0:
-        raise PlanError(f"gpu_memory_gib must be positive, not {hw['gpu_memory_gib']!r}")
-    ic = str(hw.get("gpu_interconnect") or "pcie").lower()
-    if ic not in ("pcie", "nvlink", "none", "single"):
-        raise PlanError(f"gpu_interconnect must be pcie, nvlink or none, not {hw.get('gpu_interconnect')!r}")
-    out["gpu_interconnect"] = ic
-    bw = hw.get("gpu_memory_bandwidth_gbs")
-    out["gpu_memory_bandwidth_gbs"] = (
-        _float(bw, "gpu_memory_bandwidth_gbs") if bw not in (None, "", "None") else None
-    )
-    return out
-
-
-SERVING_DEFAULTS = {
-    "mem_fraction_static": 0.88,
-    "context_length": None,
-    "max_running_requests": None,
-    "attention_backend": None,
-    "grammar_backend": None,
-    "trust_remote_code": False,
-    "host": "127.0.0.1",
-    "base_port": 30000,
-    "api_key_set": False,
-    "kv_cache_dtype": None,
-    "engine": "sglang",
-    "gpu_memory_utilization": 0.9,
-}
-
-
-def normalize_serving(serving: dict) -> dict:
-    out = dict(SERVING_DEFAULTS)
-    out.update({k: v for k, v in (serving or {}).items() if v not in (None, "", "None")})
-    out["trust_remote_code"] = _bool(out["trust_remote_code"], "sglang_trust_remote_code")
-    out["api_key_set"] = _bool(out["api_key_set"], "api_key_set")
-    if out["context_length"] is not None:
-        out["context_length"] = _int(out["context_length"], "sglang_context_length")
-    if out["max_running_requests"] is not None:
-        out["max_running_requests"] = _int(out["max_running_requests"], "sglang_max_running_requests")
-    out["base_port"] = _int(out["base_port"], "sglang_base_port")
-    for key in ("host", "attention_backend", "grammar_backend", "kv_cache_dtype"):
-        check_text(out.get(key), "serving:", f"sglang_{key}")
-    secret_env = (serving or {}).get("secret_env")
-    if secret_env is not None and (
-        isinstance(secret_env, str) or not all(isinstance(x, str) for x in secret_env)
-    ):
-        raise PlanError(
-            f"sglang_secret_env must be a list of names or patterns, e.g. ['HF_TOKEN', '*_KEY'], not {secret_env!r}"
-        )
-    out["secret_env"] = secret_patterns(secret_env)
-    if out["host"] not in ("127.0.0.1", "localhost", "::1") and not out["api_key_set"]:
-        raise PlanError(
-            f"sglang_host is {out['host']} (a public address) but no sglang_api_key is set: put an API key in a "
-            "vaulted variable (ansible-vault encrypt_string) or keep sglang_host: 127.0.0.1"
-        )
-    return out
-
-
 _MODEL_CACHE: dict[str, ModelSpec] = {}
 
 
@@ -1035,12 +459,6 @@ def _cached_model(model: dict) -> ModelSpec:
         _MODEL_CACHE.clear()
         _MODEL_CACHE[key] = load_model(model)
     return _MODEL_CACHE[key]
-
-
-def inputs_digest(inputs) -> str:
-    """sha256 of the planner's inputs as canonical JSON: a stored plan of other inputs is stale."""
-    text = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def plan_host(inputs: dict) -> dict:

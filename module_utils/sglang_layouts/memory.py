@@ -1,0 +1,185 @@
+"""The per-rank memory model: weights per pipeline stage and rank, KV bytes, the allocation order.
+
+KV budget: mem_fraction_static of the memory free before load holds the weights plus the KV
+pool; whatever the weights leave is the pool (docs/kimi-k2-memory.md 5, 6).
+"""
+
+from __future__ import annotations
+
+import os
+
+from .model import STAGE_FIRST, STAGE_LAST, ModelSpec, PlanError, linear_bytes
+
+# CUDA context, NCCL and cuBLAS workspaces: memory PyTorch cannot use. 1 GiB reproduces the seed's OOM
+# ("Tried to allocate 672.00 MiB" with 93.62 GiB allocated on a 94.97 GiB card needs 0.69-1.35 GiB).
+CUDA_CONTEXT_GIB = 1.0
+
+
+# Below this, the memory outside the static pool (CUDA graphs, activations) is tight.
+MIN_DYNAMIC_GIB = 2.0
+
+
+# vLLM's profiled activation peak inside --gpu-memory-utilization (a few hundred MiB to ~2 GiB).
+VLLM_ACTIVATION_GIB = 1.0
+
+
+# Weight load also needs room for one layer's transient copy (INT4 Marlin repack etc.).
+TRANSIENT_LAYERS = 1
+
+
+def shard_factor(kind: str, par: dict, spec: ModelSpec) -> float:
+    if kind == "replicated":
+        return 1.0
+    if kind == "attn_tp":
+        return 1.0 / par["attn_tp"]
+    if kind == "kv_heads":
+        kv = spec.num_kv_heads
+        return max(1, kv // par["attn_tp"]) / kv
+    if kind == "tp":
+        return 1.0 / par["tp"]
+    if kind == "vocab":
+        return 1.0 if par["dp_attention"] else 1.0 / par["tp"]
+    if kind == "experts":
+        return 1.0 / par["expert_ways"]
+    raise ValueError(kind)
+
+
+def pp_layer_ranges(num_layers: int, pp: int) -> list[tuple[int, int]]:
+    """SGLang's get_pp_indices: even split, the *last* `remainder` stages get one more layer."""
+    env = os.environ.get("SGLANG_PP_LAYER_PARTITION")
+    if env:
+        sizes = [int(x) for x in env.split(",")]
+        if len(sizes) != pp or sum(sizes) != num_layers:
+            raise PlanError(f"SGLANG_PP_LAYER_PARTITION={env} must have {pp} entries summing to {num_layers}")
+    else:
+        base, rem = divmod(num_layers, pp)
+        sizes = [base + (1 if i >= pp - rem else 0) for i in range(pp)]
+    ranges, start = [], 0
+    for s in sizes:
+        ranges.append((start, start + s - 1))
+        start += s
+    return ranges
+
+
+def stage_of(stage: int, ranges: list[tuple[int, int]]) -> int:
+    if stage == STAGE_FIRST:
+        return 0
+    if stage == STAGE_LAST:
+        return len(ranges) - 1
+    for i, (a, b) in enumerate(ranges):
+        if a <= stage <= b:
+            return i
+    raise ValueError(stage)
+
+
+def stage_bytes(spec: ModelSpec, par: dict) -> list[dict[str, float]]:
+    """Per PP stage: bytes on one rank of that stage, by component."""
+    ranges = pp_layer_ranges(spec.num_layers, par["pp"])
+    stages: list[dict[str, float]] = [{} for _ in ranges]
+    for t in spec.tensors:
+        s = stages[stage_of(t.stage, ranges)]
+        s[t.component] = s.get(t.component, 0.0) + t.nbytes * shard_factor(t.shard, par, spec)
+    return stages
+
+
+def largest_layer_bytes(spec: ModelSpec, par: dict) -> float:
+    per_layer: dict[int, float] = {}
+    for t in spec.tensors:
+        if t.stage >= 0:
+            per_layer[t.stage] = per_layer.get(t.stage, 0.0) + t.nbytes * shard_factor(t.shard, par, spec)
+    return max(per_layer.values(), default=0.0)
+
+
+def kv_dtype_bytes(spec: ModelSpec, kv_cache_dtype: str | None) -> int:
+    dtype = (kv_cache_dtype or "auto").lower()
+    if dtype == "auto":
+        return spec.quant.param_bytes
+    if dtype.startswith("fp8"):
+        return 1
+    if dtype in ("bf16", "bfloat16", "fp16", "float16"):
+        return 2
+    if dtype.startswith("fp4"):
+        return 1  # packed + scales; conservative
+    raise PlanError(f"kv_cache_dtype {kv_cache_dtype!r} is not known to the planner")
+
+
+def allocation_sequence(spec: ModelSpec, layout_plan: dict, rank: int = 0) -> list[tuple[str, int]]:
+    """Weights in model-construction order for one rank: (tensor name, bytes on that rank).
+
+    Routed experts become SGLang's fused MoE parameters in the order its quantization method
+    registers them (w13 and w2 weights, then their scales), so an OOM names the tensor SGLang
+    would have been allocating.
+    """
+    par = layout_plan["parallel"]
+    ranges = pp_layer_ranges(spec.num_layers, par["pp"])
+    stage = layout_plan["ranks"][rank]["pp_rank"]
+    lins = {lin.name.rsplit(".", 1)[1]: lin for lin in spec.linears if lin.component == "routed_experts"}
+    experts_factor = shard_factor("experts", par, spec)
+    seq: list[tuple[str, int]] = []
+    for t in spec.tensors:
+        if stage_of(t.stage, ranges) != stage:
+            continue
+        if t.component == "routed_experts" and spec.mode == "config":
+            if not t.name.endswith("down_proj"):
+                continue  # gate/up are fused into w13; emitted with down_proj below
+            base = f"model.layers.{t.stage}.mlp.experts."
+            w13 = sum(linear_bytes(spec.quant, lins[k], t.stage) for k in ("gate_proj", "up_proj"))
+            w2 = linear_bytes(spec.quant, lins["down_proj"], t.stage)
+            w13_parts = _split_weight_scale(
+                spec, base + "w13_weight", w13 * experts_factor, lins["up_proj"], 2
+            )
+            w2_parts = _split_weight_scale(
+                spec, base + "w2_weight", w2 * experts_factor, lins["down_proj"], 1
+            )
+            seq += [w13_parts[0], w2_parts[0], *w13_parts[1:], *w2_parts[1:]]
+            continue
+        seq.append((t.name, int(t.nbytes * shard_factor(t.shard, par, spec))))
+    return seq
+
+
+def _split_weight_scale(spec: ModelSpec, name: str, nbytes: float, lin, n: int) -> list[tuple[str, int]]:
+    q = spec.quant
+    if q.method == "int4_group":
+        packed = lin.in_features * lin.out_features * lin.experts * n / 2
+        frac = packed / linear_bytes(q, lin) / n
+        return [(name + "_packed", int(nbytes * frac)), (name + "_scale", int(nbytes * (1 - frac)))]
+    return [(name, int(nbytes))]
+
+
+def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hardware: dict) -> dict:
+    """Inputs of a decode-step cost model (the simulator's): what one step reads and syncs."""
+    per_stage = []
+    ranges = pp_layer_ranges(spec.num_layers, par["pp"])
+    for i, comps in enumerate(stages):
+        experts = comps.get("routed_experts", 0.0)
+        # the embedding is a gather (a few rows), not a full read
+        dense = sum(v for k, v in comps.items() if k not in ("routed_experts", "embed", "vision"))
+        a, b = ranges[i]
+        n_layers = b - a + 1
+        moe_layers = sum(1 for layer in range(a, b + 1) if spec.is_moe_layer(layer))
+        collectives = 0
+        if par["tp"] > 1:
+            # one all-reduce after attention and one after the MLP of every layer (+ logits on the last stage)
+            collectives = 2 * n_layers + (1 if i == len(stages) - 1 else 0)
+        per_stage.append(
+            {
+                "dense_bytes": int(dense),
+                "expert_bytes": int(experts),
+                "layers": n_layers,
+                "moe_layers": moe_layers,
+                "collectives": collectives,
+            }
+        )
+    return {
+        "stages": per_stage,
+        "n_experts": spec.n_experts,
+        "experts_per_gpu": spec.n_experts // par["ep"] if spec.is_moe and par["moe_tp"] else 0,
+        "top_k": spec.top_k,
+        "tp": par["tp"],
+        "pp": par["pp"],
+        "interconnect": hardware["gpu_interconnect"],
+        "bandwidth_gbs": hardware.get("gpu_memory_bandwidth_gbs"),
+        "kv_bytes_per_token_layer": spec.kv_bytes_per_token_per_layer(par["attn_tp"], spec.quant.param_bytes),
+        # one token's hidden state, the message of each all-reduce (activations in the model dtype)
+        "allreduce_bytes_per_token": int(spec.config["hidden_size"]) * spec.quant.param_bytes,
+    }
