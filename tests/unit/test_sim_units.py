@@ -261,7 +261,7 @@ def test_rank0_rendezvous_and_watchdog_lines_classify_as_nccl_timeout():
 
 
 def test_prefix_cache_counts_leading_blocks_seen_since_the_last_flush():
-    from sglang_sim.server import PrefixCache
+    from sglang_sim.prefix_cache import PrefixCache
 
     pc = PrefixCache()
     system = list(range(100, 164))  # 64 tokens = 4 blocks
