@@ -11,7 +11,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from sglang_layouts import health
+from sglang_layouts import health_gate, health_logs, health_preflight, health_proc
 
 
 def free_port():
@@ -95,8 +95,8 @@ class Alive:
 
     def __call__(self):
         if self.alive:
-            return health.ProcState(alive=True, started_at=time.time() - 1)
-        return health.ProcState(
+            return health_proc.ProcState(alive=True, started_at=time.time() - 1)
+        return health_proc.ProcState(
             alive=False, exit_status=f"exited with status {self.code}", exit_code=self.code
         )
 
@@ -138,8 +138,12 @@ def test_loading_warming_ready_then_facts(log):
         log, ["[TP0] Load weight begin. avail mem=94.47 GB", "The server is fired up and ready to roll!"], 0.3
     )
     try:
-        facts = health.wait_ready(
-            url, health.FileFollower(str(log), log.stat().st_size), state, timeout=20, api_key="k3y-canary"
+        facts = health_gate.wait_ready(
+            url,
+            health_logs.FileFollower(str(log), log.stat().st_size),
+            state,
+            timeout=20,
+            api_key="k3y-canary",
         )
     finally:
         server["s"].close()
@@ -178,10 +182,10 @@ def test_fatal_line_gives_the_verdict_within_2s_while_the_process_lives(log, lin
     state = Alive()
     append_later(log, lines, 0.3)
     t0 = time.monotonic()
-    with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
+    with pytest.raises(health_gate.HealthFailure) as ei:
+        health_gate.wait_ready(
             f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
+            health_logs.FileFollower(str(log), log.stat().st_size),
             state,
             timeout=30,
         )
@@ -197,10 +201,10 @@ def test_generic_line_alone_fails_only_after_grace_while_the_process_lives(log):
     state = Alive()
     append_later(log, ["Received sigquit from a child process. It usually means the child failed."], 0.2)
     t0 = time.monotonic()
-    with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
+    with pytest.raises(health_gate.HealthFailure) as ei:
+        health_gate.wait_ready(
             f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
+            health_logs.FileFollower(str(log), log.stat().st_size),
             state,
             timeout=30,
             grace=0.5,
@@ -220,10 +224,10 @@ def test_process_exit_without_a_fatal_line(log):
     threading.Thread(target=die, daemon=True).start()
     append_later(log, ["[TP0] Load weight begin. avail mem=94.47 GB"], 0.1)
     t0 = time.monotonic()
-    with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
+    with pytest.raises(health_gate.HealthFailure) as ei:
+        health_gate.wait_ready(
             f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
+            health_logs.FileFollower(str(log), log.stat().st_size),
             state,
             timeout=30,
         )
@@ -234,10 +238,10 @@ def test_process_exit_without_a_fatal_line(log):
 
 
 def test_ready_timeout(log):
-    with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
+    with pytest.raises(health_gate.HealthFailure) as ei:
+        health_gate.wait_ready(
             f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
+            health_logs.FileFollower(str(log), log.stat().st_size),
             Alive(),
             timeout=0.6,
         )
@@ -247,7 +251,7 @@ def test_ready_timeout(log):
 def test_file_follower_keeps_partial_lines(tmp_path):
     p = tmp_path / "l"
     p.write_bytes(b"")
-    f = health.FileFollower(str(p))
+    f = health_logs.FileFollower(str(p))
     with open(p, "ab") as w:
         w.write(b"half")
     assert f.read() == []
@@ -259,9 +263,9 @@ def test_file_follower_keeps_partial_lines(tmp_path):
 def test_preflight_refuses_oom_unless_forced(tmp_path):
     reasons = ["tp4ep2 uses 4 of the 8 GPUs"]
     port = free_port()
-    p = health.preflight("oom", reasons, False, str(tmp_path), "127.0.0.1", port, False)
+    p = health_preflight.preflight("oom", reasons, False, str(tmp_path), "127.0.0.1", port, False)
     assert len(p) == 1 and "oom" in p[0] and reasons[0] in p[0]
-    assert health.preflight("oom", reasons, True, str(tmp_path), "127.0.0.1", port, False) == []
+    assert health_preflight.preflight("oom", reasons, True, str(tmp_path), "127.0.0.1", port, False) == []
 
 
 def test_preflight_port_and_model_path(tmp_path):
@@ -269,29 +273,31 @@ def test_preflight_port_and_model_path(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        problems = health.preflight("fits", [], False, str(tmp_path / "missing"), "127.0.0.1", port, False)
+        problems = health_preflight.preflight(
+            "fits", [], False, str(tmp_path / "missing"), "127.0.0.1", port, False
+        )
         assert any("does not exist" in x for x in problems)
         assert any(f"port {port}" in x for x in problems)
         # held by one of our layout units: fine
-        assert health.preflight("fits", [], False, str(tmp_path), "127.0.0.1", port, True) == []
+        assert health_preflight.preflight("fits", [], False, str(tmp_path), "127.0.0.1", port, True) == []
 
 
 def test_check_alive_for_node_ranks_above_zero(log):
     off = log.stat().st_size
     with open(log, "a") as f:
         f.write("[TP8] Load weight begin. avail mem=94.47 GB\n")
-    health.check_alive(health.FileFollower(str(log), off), Alive(), settle=0)
+    health_gate.check_alive(health_logs.FileFollower(str(log), off), Alive(), settle=0)
     with open(log, "a") as f:
         f.write(
             "torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 8/16 clients joined.\n"
         )
-    with pytest.raises(health.HealthFailure) as ei:
-        health.check_alive(health.FileFollower(str(log), off), Alive(), settle=0)
+    with pytest.raises(health_gate.HealthFailure) as ei:
+        health_gate.check_alive(health_logs.FileFollower(str(log), off), Alive(), settle=0)
     assert ei.value.failure_class == "nccl_timeout"
     dead = Alive()
     dead.alive, dead.code = False, 1
-    with pytest.raises(health.HealthFailure) as ei:
-        health.check_alive(health.FileFollower(str(log), log.stat().st_size), dead, settle=0)
+    with pytest.raises(health_gate.HealthFailure) as ei:
+        health_gate.check_alive(health_logs.FileFollower(str(log), log.stat().st_size), dead, settle=0)
     assert ei.value.failure_class == "crashed"
     assert ei.value.evidence["exit_status"] == "exited with status 1"
 
@@ -308,8 +314,11 @@ def test_a_traceback_of_a_live_server_that_becomes_ready_is_not_fatal(log):
     threading.Thread(target=bring_up, daemon=True).start()
     append_later(log, ["Traceback (most recent call last):", "NameError: name '_now' is not defined"], 0.1)
     try:
-        facts = health.wait_ready(
-            f"http://127.0.0.1:{port}", health.FileFollower(str(log), log.stat().st_size), Alive(), timeout=20
+        facts = health_gate.wait_ready(
+            f"http://127.0.0.1:{port}",
+            health_logs.FileFollower(str(log), log.stat().st_size),
+            Alive(),
+            timeout=20,
         )
     finally:
         server["s"].close()
@@ -329,10 +338,10 @@ def test_a_generic_line_then_the_exit_decides_at_once(log):
     )
     threading.Thread(target=die, daemon=True).start()
     t0 = time.monotonic()
-    with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
+    with pytest.raises(health_gate.HealthFailure) as ei:
+        health_gate.wait_ready(
             f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
+            health_logs.FileFollower(str(log), log.stat().st_size),
             state,
             timeout=30,
         )

@@ -10,7 +10,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from sglang_layouts import health
+from sglang_layouts import health_gate, health_logs, health_proc
 
 KV_LINE = (
     "(EngineCore pid=22227) INFO 11-29 15:40:07 [kv_cache_utils.py:2327] CPU KV cache size: 2,097,152 tokens, "
@@ -102,8 +102,8 @@ class Alive:
 
     def __call__(self):
         if self.alive:
-            return health.ProcState(alive=True, started_at=time.time() - 1)
-        return health.ProcState(
+            return health_proc.ProcState(alive=True, started_at=time.time() - 1)
+        return health_proc.ProcState(
             alive=False, exit_status=f"exited with status {self.code}", exit_code=self.code
         )
 
@@ -130,11 +130,11 @@ def append_later(path, lines, delay):
 
 
 def test_engine_from_the_unit_name():
-    assert health.engine_of(None, "vllm-tiny-qwen2-cpu-tp1.service") == "vllm"
-    assert health.engine_of("", "sglang-kimi-k2-6-ep8.service") == "sglang"
-    assert health.engine_of("sim", "vllm-x.service") == "sim"
+    assert health_gate.engine_of(None, "vllm-tiny-qwen2-cpu-tp1.service") == "vllm"
+    assert health_gate.engine_of("", "sglang-kimi-k2-6-ep8.service") == "sglang"
+    assert health_gate.engine_of("sim", "vllm-x.service") == "sim"
     with pytest.raises(ValueError):
-        health.engine_of("tgi")
+        health_gate.engine_of("tgi")
 
 
 def test_closed_port_then_ready_one_token_completion_and_facts(log):
@@ -157,9 +157,9 @@ def test_closed_port_then_ready_one_token_completion_and_facts(log):
         0.3,
     )
     try:
-        facts = health.wait_ready(
+        facts = health_gate.wait_ready(
             f"http://127.0.0.1:{port}",
-            health.FileFollower(str(log), log.stat().st_size),
+            health_logs.FileFollower(str(log), log.stat().st_size),
             Alive(),
             timeout=20,
             engine="vllm",
@@ -191,9 +191,9 @@ def test_already_up_reads_the_kv_line_from_the_whole_log(log):
         f.write(KV_LINE + "\n")
     s = FakeVLLM(port)
     try:
-        facts = health.wait_ready(
+        facts = health_gate.wait_ready(
             f"http://127.0.0.1:{port}",
-            health.FileFollower(str(log), log.stat().st_size),
+            health_logs.FileFollower(str(log), log.stat().st_size),
             Alive(),
             timeout=20,
             engine="vllm",
@@ -227,10 +227,10 @@ def test_already_up_reads_the_kv_line_from_the_whole_log(log):
 def test_a_vllm_fatal_line_decides_while_the_process_lives(log, lines, cls):
     append_later(log, lines, 0.2)
     t0 = time.monotonic()
-    with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
+    with pytest.raises(health_gate.HealthFailure) as ei:
+        health_gate.wait_ready(
             f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
+            health_logs.FileFollower(str(log), log.stat().st_size),
             Alive(),
             timeout=30,
             engine="vllm",
@@ -249,10 +249,10 @@ def test_exit_status_zero_is_a_failure(log):
         state.code, state.alive = 0, False
 
     threading.Thread(target=die, daemon=True).start()
-    with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
+    with pytest.raises(health_gate.HealthFailure) as ei:
+        health_gate.wait_ready(
             f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
+            health_logs.FileFollower(str(log), log.stat().st_size),
             state,
             timeout=30,
             engine="vllm",
@@ -271,10 +271,10 @@ def test_argparse_exit_2_is_bad_args(log):
         state.code, state.alive = 2, False
 
     threading.Thread(target=die, daemon=True).start()
-    with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
+    with pytest.raises(health_gate.HealthFailure) as ei:
+        health_gate.wait_ready(
             f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
+            health_logs.FileFollower(str(log), log.stat().st_size),
             state,
             timeout=30,
             engine="vllm",
@@ -289,6 +289,17 @@ def test_engine_dead_after_start_fails_the_alive_check(log):
             "(APIServer pid=19036) ERROR 11-29 15:50:01 [core_client.py:610] [shutdown] MPClient: engine core "
             "exited unexpectedly; starting cleanup\n"
         )
-    with pytest.raises(health.HealthFailure) as ei:
-        health.check_alive(health.FileFollower(str(log), off), Alive(), settle=0, engine="vllm")
+    with pytest.raises(health_gate.HealthFailure) as ei:
+        health_gate.check_alive(health_logs.FileFollower(str(log), off), Alive(), settle=0, engine="vllm")
     assert ei.value.failure_class == "crashed"
+
+
+def test_the_engines_fields_drive_the_gate():
+    from sglang_layouts import engines
+
+    assert engines.engine("vllm").confirm_route == "/v1/completions"
+    assert engines.engine("sim").confirm_route == engines.engine("sglang").confirm_route == "/generate"
+    assert (engines.VLLM.kv_tokens_from, engines.SGLANG.kv_tokens_from) == ("log", "server_info")
+    assert engines.engine_of_unit("vllm-tiny-qwen2-cpu-tp1.service") == "vllm"
+    assert engines.engine_of_unit("sglang-kimi-k2-6-ep8.service") == engines.engine_of_unit(None) == "sglang"
+    assert (engines.VLLM.fraction_flag, engines.SGLANG.unit_prefix) == ("--gpu-memory-utilization", "sglang")
