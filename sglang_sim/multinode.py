@@ -12,6 +12,7 @@ import sys
 
 from . import dist, failures
 from .http_conn import Conn
+from .log import SIGQUIT_FROM_CHILD
 
 
 class MultiNode:
@@ -46,7 +47,7 @@ class MultiNode:
 
     def _die_of_sigquit(self) -> None:
         """A scheduler died during launch: the main process's launch-phase SIGQUIT handler."""
-        self.log.main("Received sigquit from a child process. It usually means the child failed.")
+        self.log.main(SIGQUIT_FROM_CHILD)
         self.log.main(
             f"kill_process_tree called: parent_pid={os.getpid()}, include_parent=True, pid={os.getpid()}"
         )

@@ -19,10 +19,9 @@ from .cost import GIB, env_float, from_plan
 from .engine import Scheduler
 from .flags import server_args_repr
 from .http_conn import Conn
-from .log import rank_prefix
+from .log import SIGQUIT_FROM_CHILD, rank_prefix
 from .plan import make_plan, read_hf_config, text_config
 
-SIGQUIT_FROM_CHILD = "Received sigquit from a child process. It usually means the child failed."
 _KV_DTYPES = {"fp8_e4m3": "torch.float8_e4m3fn", "fp8_e5m2": "torch.float8_e5m2"}
 
 
