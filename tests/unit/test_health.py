@@ -20,6 +20,21 @@ def free_port():
         return s.getsockname()[1]
 
 
+class JsonHandler(BaseHTTPRequestHandler):
+    """A quiet handler that answers JSON (no body for obj=None), for the fake engines."""
+
+    def log_message(self, *a):
+        pass
+
+    def _send(self, code, obj=None):
+        body = b"" if obj is None else json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
 class FakeSGLang:
     """/health 503 until `ready`, then 200; /generate, /server_info, /model_info like SGLang's."""
 
@@ -28,18 +43,7 @@ class FakeSGLang:
         self.api_key = api_key
         outer = self
 
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _send(self, code, obj):
-                body = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class H(JsonHandler):
             def _auth(self):
                 if outer.api_key and self.headers.get("Authorization") != f"Bearer {outer.api_key}":
                     self._send(401, {"error": "unauthorized"})
@@ -86,6 +90,19 @@ class FakeSGLang:
     def close(self):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def gate_fails(log, state, **kw) -> health_gate.HealthFailure:
+    """The gate's verdict on a server whose port stays closed, reading the log from its end on."""
+    kw.setdefault("timeout", 30)
+    with pytest.raises(health_gate.HealthFailure) as ei:
+        health_gate.wait_ready(
+            f"http://127.0.0.1:{free_port()}",
+            health_logs.FileFollower(str(log), log.stat().st_size),
+            state,
+            **kw,
+        )
+    return ei.value
 
 
 class Alive:
@@ -182,18 +199,12 @@ def test_fatal_line_gives_the_verdict_within_2s_while_the_process_lives(log, lin
     state = Alive()
     append_later(log, lines, 0.3)
     t0 = time.monotonic()
-    with pytest.raises(health_gate.HealthFailure) as ei:
-        health_gate.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health_logs.FileFollower(str(log), log.stat().st_size),
-            state,
-            timeout=30,
-        )
+    failure = gate_fails(log, state)
     latency = time.monotonic() - t0 - 0.3
-    assert ei.value.failure_class == cls
-    assert ei.value.evidence["line"] == lines[-1]
-    assert ei.value.evidence["log_tail"][-1] == lines[-1]
-    assert "old run" not in " ".join(ei.value.evidence["log_tail"])
+    assert failure.failure_class == cls
+    assert failure.evidence["line"] == lines[-1]
+    assert failure.evidence["log_tail"][-1] == lines[-1]
+    assert "old run" not in " ".join(failure.evidence["log_tail"])
     assert latency < 2.0
 
 
@@ -201,15 +212,8 @@ def test_generic_line_alone_fails_only_after_grace_while_the_process_lives(log):
     state = Alive()
     append_later(log, ["Received sigquit from a child process. It usually means the child failed."], 0.2)
     t0 = time.monotonic()
-    with pytest.raises(health_gate.HealthFailure) as ei:
-        health_gate.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health_logs.FileFollower(str(log), log.stat().st_size),
-            state,
-            timeout=30,
-            grace=0.5,
-        )
-    assert ei.value.failure_class == "crashed"
+    failure = gate_fails(log, state, grace=0.5)
+    assert failure.failure_class == "crashed"
     assert 0.5 <= time.monotonic() - t0 < 2.0
 
 
@@ -224,28 +228,16 @@ def test_process_exit_without_a_fatal_line(log):
     threading.Thread(target=die, daemon=True).start()
     append_later(log, ["[TP0] Load weight begin. avail mem=94.47 GB"], 0.1)
     t0 = time.monotonic()
-    with pytest.raises(health_gate.HealthFailure) as ei:
-        health_gate.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health_logs.FileFollower(str(log), log.stat().st_size),
-            state,
-            timeout=30,
-        )
-    assert ei.value.failure_class == "crashed"
-    assert ei.value.evidence["exit_status"] == "exited with status 1"
-    assert ei.value.evidence["line"] is None
+    failure = gate_fails(log, state)
+    assert failure.failure_class == "crashed"
+    assert failure.evidence["exit_status"] == "exited with status 1"
+    assert failure.evidence["line"] is None
     assert time.monotonic() - t0 < 2.5
 
 
 def test_ready_timeout(log):
-    with pytest.raises(health_gate.HealthFailure) as ei:
-        health_gate.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health_logs.FileFollower(str(log), log.stat().st_size),
-            Alive(),
-            timeout=0.6,
-        )
-    assert ei.value.failure_class == "ready_timeout"
+    failure = gate_fails(log, Alive(), timeout=0.6)
+    assert failure.failure_class == "ready_timeout"
 
 
 def test_file_follower_keeps_partial_lines(tmp_path):
@@ -338,13 +330,7 @@ def test_a_generic_line_then_the_exit_decides_at_once(log):
     )
     threading.Thread(target=die, daemon=True).start()
     t0 = time.monotonic()
-    with pytest.raises(health_gate.HealthFailure) as ei:
-        health_gate.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health_logs.FileFollower(str(log), log.stat().st_size),
-            state,
-            timeout=30,
-        )
-    assert ei.value.failure_class == "crashed"
-    assert ei.value.evidence["line"] == PREFIX_EXC
+    failure = gate_fails(log, state)
+    assert failure.failure_class == "crashed"
+    assert failure.evidence["line"] == PREFIX_EXC
     assert time.monotonic() - t0 < 2.5

@@ -4,13 +4,13 @@ an empty body, /v1/models, a one-token /v1/completions, /version, no /server_inf
 capacity comes from the start-up line in the engine's log; exits, status 0 included, fail."""
 
 import json
-import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
-from sglang_layouts import health_gate, health_logs, health_proc
+from sglang_layouts import health_gate, health_logs
+from test_health import Alive, JsonHandler, append_later, free_port, gate_fails  # the fakes serve both
 
 KV_LINE = (
     "(EngineCore pid=22227) INFO 11-29 15:40:07 [kv_cache_utils.py:2327] CPU KV cache size: 2,097,152 tokens, "
@@ -18,29 +18,12 @@ KV_LINE = (
 )
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class FakeVLLM:
     def __init__(self, port, served="tiny-qwen2"):
         self.requests = []
         outer = self
 
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _send(self, code, obj=None):
-                body = b"" if obj is None else json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class H(JsonHandler):
             def do_GET(self):
                 outer.requests.append(("GET", self.path, None))
                 if self.path == "/health":
@@ -95,19 +78,6 @@ class FakeVLLM:
         self.httpd.server_close()
 
 
-class Alive:
-    def __init__(self):
-        self.alive = True
-        self.code = None
-
-    def __call__(self):
-        if self.alive:
-            return health_proc.ProcState(alive=True, started_at=time.time() - 1)
-        return health_proc.ProcState(
-            alive=False, exit_status=f"exited with status {self.code}", exit_code=self.code
-        )
-
-
 @pytest.fixture
 def log(tmp_path):
     p = tmp_path / "vllm.log"
@@ -116,17 +86,6 @@ def log(tmp_path):
         "(EngineCore pid=1) INFO CPU KV cache size: 999 tokens, x\nOSError: [Errno 98] Address already in use\n"
     )
     return p
-
-
-def append_later(path, lines, delay):
-    def run():
-        time.sleep(delay)
-        with open(path, "a") as f:
-            for line in lines:
-                f.write(line + "\n")
-                f.flush()
-
-    threading.Thread(target=run, daemon=True).start()
 
 
 def test_engine_from_the_unit_name():
@@ -227,59 +186,33 @@ def test_already_up_reads_the_kv_line_from_the_whole_log(log):
 def test_a_vllm_fatal_line_decides_while_the_process_lives(log, lines, cls):
     append_later(log, lines, 0.2)
     t0 = time.monotonic()
-    with pytest.raises(health_gate.HealthFailure) as ei:
-        health_gate.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health_logs.FileFollower(str(log), log.stat().st_size),
-            Alive(),
-            timeout=30,
-            engine="vllm",
-        )
-    assert ei.value.failure_class == cls
-    assert ei.value.evidence["line"] == lines[-1]
+    failure = gate_fails(log, Alive(), engine="vllm")
+    assert failure.failure_class == cls
+    assert failure.evidence["line"] == lines[-1]
     assert time.monotonic() - t0 < 2.5
 
 
-def test_exit_status_zero_is_a_failure(log):
-    """vLLM's API server exits 0 after its engine core died: the gate did not ask for that exit."""
+@pytest.mark.parametrize(
+    ("code", "lines", "cls", "hint"),
+    [
+        # vLLM's API server exits 0 after its engine core died: the gate did not ask for that exit
+        (0, [], "crashed", "status 0"),
+        (2, ["usage: vllm serve [model_tag] [options]"], "bad_args", "argparse"),
+    ],
+)
+def test_an_exit_without_a_fatal_line_is_classed_by_its_status(log, code, lines, cls, hint):
     state = Alive()
+    if lines:
+        append_later(log, lines, 0.1)
 
     def die():
         time.sleep(0.3)
-        state.code, state.alive = 0, False
+        state.code, state.alive = code, False
 
     threading.Thread(target=die, daemon=True).start()
-    with pytest.raises(health_gate.HealthFailure) as ei:
-        health_gate.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health_logs.FileFollower(str(log), log.stat().st_size),
-            state,
-            timeout=30,
-            engine="vllm",
-        )
-    assert ei.value.failure_class == "crashed"
-    assert "status 0" in ei.value.hint
-    assert ei.value.evidence["exit_status"] == "exited with status 0"
-
-
-def test_argparse_exit_2_is_bad_args(log):
-    state = Alive()
-    append_later(log, ["usage: vllm serve [model_tag] [options]"], 0.1)
-
-    def die():
-        time.sleep(0.3)
-        state.code, state.alive = 2, False
-
-    threading.Thread(target=die, daemon=True).start()
-    with pytest.raises(health_gate.HealthFailure) as ei:
-        health_gate.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health_logs.FileFollower(str(log), log.stat().st_size),
-            state,
-            timeout=30,
-            engine="vllm",
-        )
-    assert ei.value.failure_class == "bad_args"
+    failure = gate_fails(log, state, engine="vllm")
+    assert failure.failure_class == cls and hint in failure.hint
+    assert failure.evidence["exit_status"] == f"exited with status {code}"
 
 
 def test_engine_dead_after_start_fails_the_alive_check(log):
