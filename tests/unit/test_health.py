@@ -105,6 +105,17 @@ def gate_fails(log, state, **kw) -> health_gate.HealthFailure:
     return ei.value
 
 
+def gate_ready(log, port, **kw) -> dict:
+    """The gate's facts from the server on `port` (it never dies), reading the log from its end on."""
+    return health_gate.wait_ready(
+        f"http://127.0.0.1:{port}",
+        health_logs.FileFollower(str(log), log.stat().st_size),
+        Alive(),
+        timeout=20,
+        **kw,
+    )
+
+
 class Alive:
     def __init__(self):
         self.alive = True
@@ -306,12 +317,7 @@ def test_a_traceback_of_a_live_server_that_becomes_ready_is_not_fatal(log):
     threading.Thread(target=bring_up, daemon=True).start()
     append_later(log, ["Traceback (most recent call last):", "NameError: name '_now' is not defined"], 0.1)
     try:
-        facts = health_gate.wait_ready(
-            f"http://127.0.0.1:{port}",
-            health_logs.FileFollower(str(log), log.stat().st_size),
-            Alive(),
-            timeout=20,
-        )
+        facts = gate_ready(log, port)
     finally:
         server["s"].close()
     assert facts["max_total_num_tokens"] == 172906

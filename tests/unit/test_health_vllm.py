@@ -10,7 +10,14 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 from sglang_layouts import health_gate, health_logs
-from test_health import Alive, JsonHandler, append_later, free_port, gate_fails  # the fakes serve both
+from test_health import (  # the fakes serve both
+    Alive,
+    JsonHandler,
+    append_later,
+    free_port,
+    gate_fails,
+    gate_ready,
+)
 
 KV_LINE = (
     "(EngineCore pid=22227) INFO 11-29 15:40:07 [kv_cache_utils.py:2327] CPU KV cache size: 2,097,152 tokens, "
@@ -116,13 +123,7 @@ def test_closed_port_then_ready_one_token_completion_and_facts(log):
         0.3,
     )
     try:
-        facts = health_gate.wait_ready(
-            f"http://127.0.0.1:{port}",
-            health_logs.FileFollower(str(log), log.stat().st_size),
-            Alive(),
-            timeout=20,
-            engine="vllm",
-        )
+        facts = gate_ready(log, port, engine="vllm")
         posts = [r for r in server["s"].requests if r[0] == "POST"]
     finally:
         server["s"].close()
@@ -150,13 +151,7 @@ def test_already_up_reads_the_kv_line_from_the_whole_log(log):
         f.write(KV_LINE + "\n")
     s = FakeVLLM(port)
     try:
-        facts = health_gate.wait_ready(
-            f"http://127.0.0.1:{port}",
-            health_logs.FileFollower(str(log), log.stat().st_size),
-            Alive(),
-            timeout=20,
-            engine="vllm",
-        )
+        facts = gate_ready(log, port, engine="vllm")
     finally:
         s.close()
     assert facts["already_ready"] and facts["max_total_num_tokens"] == 2097152
