@@ -228,7 +228,11 @@ evidence:
 from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_layouts import health
+from ansible.module_utils.sglang_layouts import engines, supervisor
+from ansible.module_utils.sglang_layouts.health_gate import HealthFailure, check_alive, engine_of, wait_ready
+from ansible.module_utils.sglang_layouts.health_logs import FileFollower, JournalFollower
+from ansible.module_utils.sglang_layouts.health_preflight import preflight as host_preflight
+from ansible.module_utils.sglang_layouts.health_proc import process_state, systemd_state
 
 
 def _own_active(module, units) -> bool:
@@ -239,9 +243,20 @@ def _own_active(module, units) -> bool:
             rc, _, _ = module.run_command([systemctl, "is-active", "--quiet", unit])
             if rc == 0:
                 return True
-        elif p["run_dir"] and health.supervisor.status(p["run_dir"], unit)["running"]:
+        elif p["run_dir"] and supervisor.status(p["run_dir"], unit)["running"]:
             return True
     return False
+
+
+def _fail(module, exc: HealthFailure, url: str):
+    module.fail_json(
+        msg=exc.msg,
+        failure_class=exc.failure_class,
+        evidence=exc.evidence,
+        hint=exc.hint,
+        unit=module.params["unit"],
+        url=url,
+    )
 
 
 def preflight(module, url):
@@ -252,7 +267,7 @@ def preflight(module, url):
     port = parts.port or 80
     own = _own_active(module, [p["unit"], *p["own_units"]])
     try:
-        problems = health.preflight(
+        problems = host_preflight(
             p["verdict"],
             p["reasons"],
             p["force"],
@@ -315,9 +330,9 @@ def main():
     url = p["url"].rstrip("/")
     if p["mode"] == "preflight":
         preflight(module, url)
-    engine = health.engine_of(p["engine"], p["unit"])
+    engine = engine_of(p["engine"], p["unit"])
     source = f"journal of {p['unit']}" if p["manager"] == "systemd" else f"{p['run_dir']}/{p['unit']}.log"
-    confirm = "/v1/completions" if engine == "vllm" else "/generate"
+    confirm = engines.engine(engine).confirm_route
     if module.check_mode:
         module.exit_json(
             changed=False,
@@ -334,34 +349,25 @@ def main():
                 break
         if cursor.startswith("--"):  # "-- No entries --" and nothing else: an empty journal
             cursor = ""
-        follower = health.JournalFollower(p["unit"], cursor or None, p["invocation_id"] or None, journalctl)
+        follower = JournalFollower(p["unit"], cursor or None, p["invocation_id"] or None, journalctl)
 
         def state_fn():
-            return health.systemd_state(p["unit"], systemctl)
+            return systemd_state(p["unit"], systemctl)
 
     else:
-        follower = health.FileFollower(
-            health.supervisor.paths(p["run_dir"], p["unit"])["log"], p["log_offset"]
-        )
+        follower = FileFollower(supervisor.paths(p["run_dir"], p["unit"])["log"], p["log_offset"])
 
         def state_fn():
-            return health.process_state(p["run_dir"], p["unit"])
+            return process_state(p["run_dir"], p["unit"])
 
     if p["mode"] == "alive":
         try:
-            health.check_alive(follower, state_fn, engine=engine)
-        except health.HealthFailure as exc:
-            module.fail_json(
-                msg=exc.msg,
-                failure_class=exc.failure_class,
-                evidence=exc.evidence,
-                hint=exc.hint,
-                unit=p["unit"],
-                url=url,
-            )
+            check_alive(follower, state_fn, engine=engine)
+        except HealthFailure as exc:
+            _fail(module, exc, url)
         module.exit_json(changed=False, unit=p["unit"], msg=f"{p['unit']} runs and logged no fatal line")
     try:
-        facts = health.wait_ready(
+        facts = wait_ready(
             url,
             follower,
             state_fn,
@@ -374,15 +380,8 @@ def main():
             slice_s=p["slice_s"] or None,
             resume=p["resume"],
         )
-    except health.HealthFailure as exc:
-        module.fail_json(
-            msg=exc.msg,
-            failure_class=exc.failure_class,
-            evidence=exc.evidence,
-            hint=exc.hint,
-            unit=p["unit"],
-            url=url,
-        )
+    except HealthFailure as exc:
+        _fail(module, exc, url)
     module.exit_json(changed=False, unit=p["unit"], **facts)
 
 

@@ -71,7 +71,7 @@ def measured(data: dict | None, op: str, world: int) -> tuple[dict | None, int |
     return table[str(pick)], pick
 
 
-def _env_float(name: str, default: float | None) -> float | None:
+def env_float(name: str, default: float | None) -> float | None:
     raw = os.environ.get(name)
     if raw in (None, ""):
         return default
@@ -249,7 +249,7 @@ def from_plan(layout_plan: dict, hardware: dict) -> CostModel:
         hop, _ = measured(data, "sendrecv", 2)
         if hop:
             model.p2p_latency_s = float(hop["latency_us"]) * 1e-6
-    model.efficiency = _env_float("SGLANG_SIM_BW_EFFICIENCY", model.efficiency)
+    model.efficiency = env_float("SGLANG_SIM_BW_EFFICIENCY", model.efficiency)
     for env, attr, scale in (
         ("SGLANG_SIM_COLLECTIVE_US", "collective_latency_s", 1e-6),
         ("SGLANG_SIM_P2P_US", "p2p_latency_s", 1e-6),
@@ -257,7 +257,7 @@ def from_plan(layout_plan: dict, hardware: dict) -> CostModel:
         ("SGLANG_SIM_PREFILL_MS_PER_TOKEN", "prefill_per_token_s", 1e-3),
         ("SGLANG_SIM_DECODE_STEP_MS", "fixed_step_s", 1e-3),
     ):
-        v = _env_float(env, None)
+        v = env_float(env, None)
         if v is not None:
             setattr(model, attr, v * scale)
             if attr == "collective_latency_s":

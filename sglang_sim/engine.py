@@ -144,15 +144,15 @@ class Req:
         *,
         rid: str,
         kind: str,
-        conn,
-        stream: bool,
         prompt_tokens: int,
         max_new: int,
-        eos_at: int | None,
-        seed: int,
-        model: str,
-        include_usage: bool,
         arrival: float,
+        conn=None,
+        stream: bool = False,
+        eos_at: int | None = None,
+        seed: int = 0,
+        model: str = "",
+        include_usage: bool = False,
     ):
         self.rid = rid
         self.rid_json = json.dumps(rid)

@@ -32,14 +32,40 @@ def _frame(path: str, line: int, func: str, code: str) -> str:
     return f'  File "{SITE}/{path}", line {line}, in {func}\n    {code}\n'
 
 
-_SCHED_INIT = (
-    _frame("sglang/srt/managers/scheduler.py", 3612, "run_scheduler_process", "scheduler = Scheduler(")
-    + _frame("sglang/srt/managers/scheduler.py", 368, "__init__", "self.init_model_worker()")
-    + _frame("sglang/srt/managers/scheduler.py", 561, "init_model_worker", "self.tp_worker = TpModelWorker(")
-    + _frame("sglang/srt/managers/tp_worker.py", 246, "__init__", "self._model_runner = ModelRunner(")
-    + _frame(
-        "sglang/srt/model_executor/model_runner.py", 359, "__init__", "self.initialize(min_per_gpu_memory)"
-    )
+def stack(table: str) -> str:
+    """Frames written one a line as `path:line function | code` (path under SITE), innermost last:
+    a table reads like the traceback it prints, and every stack shares this one formatter."""
+    out = []
+    for row in table.strip().splitlines():
+        where, _, code = row.partition("|")
+        path_line, func = where.split()
+        path, line = path_line.rsplit(":", 1)
+        out.append(_frame(path, int(line), func, code.strip()))
+    return "".join(out)
+
+
+def traceback(frames: str, exc: str) -> str:
+    return "Traceback (most recent call last):\n" + frames + exc
+
+
+_SCHED_INIT = stack(
+    """
+sglang/srt/managers/scheduler.py:3612 run_scheduler_process | scheduler = Scheduler(
+sglang/srt/managers/scheduler.py:368 __init__ | self.init_model_worker()
+sglang/srt/managers/scheduler.py:561 init_model_worker | self.tp_worker = TpModelWorker(
+sglang/srt/managers/tp_worker.py:246 __init__ | self._model_runner = ModelRunner(
+sglang/srt/model_executor/model_runner.py:359 __init__ | self.initialize(min_per_gpu_memory)
+"""
+)
+_LOAD_MODEL = stack(
+    """
+sglang/srt/model_executor/model_runner.py:445 initialize | self.load_model()
+sglang/srt/model_executor/model_runner.py:915 load_model | self.model = get_model(
+"""
+)
+_FROZEN_RUNPY = (
+    '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
+    '  File "<frozen runpy>", line 88, in _run_code\n'
 )
 
 
@@ -75,154 +101,94 @@ def oom_traceback(
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
         "Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
     )
-    return (
-        "Traceback (most recent call last):\n"
-        + _SCHED_INIT
-        + _frame("sglang/srt/model_executor/model_runner.py", 445, "initialize", "self.load_model()")
-        + _frame("sglang/srt/model_executor/model_runner.py", 915, "load_model", "self.model = get_model(")
-        + _frame("sglang/srt/model_loader/__init__.py", 28, "get_model", "return loader.load_model(")
-        + _frame("sglang/srt/model_loader/loader.py", 594, "load_model", "model = _initialize_model(")
-        + _frame(
-            "sglang/srt/model_loader/loader.py", 262, "_initialize_model", "return model_class(**kwargs)"
-        )
-        + _frame(
-            "sglang/srt/layers/moe/fused_moe_triton/layer.py",
-            262,
-            "__init__",
-            "self.quant_method.create_weights(",
-        )
-        + _frame(
-            "sglang/srt/layers/quantization/compressed_tensors/compressed_tensors_moe.py",
-            178,
-            "create_weights",
-            f"{name.rsplit('.', 1)[-1]} = torch.nn.Parameter(",
-        )
-        + _frame("torch/utils/_device.py", 104, "__torch_function__", "return func(*args, **kwargs)")
-        + f"torch.OutOfMemoryError: {msg}"
+    param = name.rsplit(".", 1)[-1]
+    frames = stack(
+        f"""
+sglang/srt/model_loader/__init__.py:28 get_model | return loader.load_model(
+sglang/srt/model_loader/loader.py:594 load_model | model = _initialize_model(
+sglang/srt/model_loader/loader.py:262 _initialize_model | return model_class(**kwargs)
+sglang/srt/layers/moe/fused_moe_triton/layer.py:262 __init__ | self.quant_method.create_weights(
+sglang/srt/layers/quantization/compressed_tensors/compressed_tensors_moe.py:178 create_weights | {param} = torch.nn.Parameter(
+torch/utils/_device.py:104 __torch_function__ | return func(*args, **kwargs)
+"""
     )
+    return traceback(_SCHED_INIT + _LOAD_MODEL + frames, f"torch.OutOfMemoryError: {msg}")
 
 
 def kv_no_memory_traceback(mem_fraction_static) -> str:
     msg = "Not enough memory. Please try to increase --mem-fraction-static."
     if mem_fraction_static is not None:
         msg += f" Current value: mem_fraction_static={mem_fraction_static}"
-    return (
-        "Traceback (most recent call last):\n"
-        + _SCHED_INIT
-        + _frame("sglang/srt/model_executor/model_runner.py", 470, "initialize", "self.init_memory_pool(")
-        + _frame(
-            "sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
-            212,
-            "init_memory_pool",
-            "pool_config = self.kv_cache_configurator.configure(",
-        )
-        + _frame("<string>", 14, "__init__", "")
-        + _frame(
-            "sglang/srt/model_executor/pool_configurator.py", 99, "__post_init__", "raise RuntimeError(msg)"
-        )
-        + f"RuntimeError: {msg}"
+    frames = stack(
+        """
+sglang/srt/model_executor/model_runner.py:470 initialize | self.init_memory_pool(
+sglang/srt/model_executor/model_runner_kv_cache_mixin.py:212 init_memory_pool | pool_config = self.kv_cache_configurator.configure(
+<string>:14 __init__ |
+sglang/srt/model_executor/pool_configurator.py:99 __post_init__ | raise RuntimeError(msg)
+"""
     )
+    return traceback(_SCHED_INIT + frames, f"RuntimeError: {msg}")
 
 
 def zero_division_tracebacks(n_ranks: int) -> list[str]:
     """ep > tp on SGLang 0.5.23: every scheduler child dies deriving its MoE ranks (before any
     rank log line), then the main process reports the dead rank and exits 1."""
     mp = f"/usr/lib/{_PY}/multiprocessing/process.py"
-    child = (
-        "Traceback (most recent call last):\n"
+    child = traceback(
         f'  File "{mp}", line 314, in _bootstrap\n    self.run()\n'
         f'  File "{mp}", line 108, in run\n    self._target(*self._args, **self._kwargs)\n'
-        + _frame("sglang/srt/managers/scheduler.py", 6327, "run_scheduler_process", "publish(")
-        + _frame(
-            "sglang/srt/runtime_context.py",
-            1515,
-            "publish",
-            "return _configure_context(_CONTEXT, server_args, role=role, ranks=ranks)",
-        )
-        + _frame(
-            "sglang/srt/runtime_context.py", 1575, "_configure_context", "placement = derive_spawn_ranks("
-        )
-        + _frame(
-            "sglang/srt/runtime_context.py",
-            131,
-            "derive_spawn_ranks",
-            "// (tp_size // moe_dp_size // moe_ep_size)",
-        )
-        + "ZeroDivisionError: integer division or modulo by zero"
+        + stack(
+            """
+sglang/srt/managers/scheduler.py:6327 run_scheduler_process | publish(
+sglang/srt/runtime_context.py:1515 publish | return _configure_context(_CONTEXT, server_args, role=role, ranks=ranks)
+sglang/srt/runtime_context.py:1575 _configure_context | placement = derive_spawn_ranks(
+sglang/srt/runtime_context.py:131 derive_spawn_ranks | // (tp_size // moe_dp_size // moe_ep_size)
+"""
+        ),
+        "ZeroDivisionError: integer division or modulo by zero",
     )
     out = [f"Process SpawnProcess-{i + 1}:\n{child}" for i in range(max(1, n_ranks))]
+    main = stack(
+        """
+sglang/launch_server.py:84 <module> | run_server(server_args)
+sglang/launch_server.py:67 run_server | launch_server(server_args)
+sglang/srt/entrypoints/http_server.py:3156 launch_server | ) = Engine._launch_subprocesses(
+sglang/srt/entrypoints/engine.py:1236 _launch_subprocesses | scheduler_init_result.wait_for_ready()
+sglang/srt/entrypoints/engine.py:995 wait_for_ready | infos = _wait_for_scheduler_ready(scheduler_pipe_readers, scheduler_procs)
+sglang/srt/entrypoints/engine.py:2029 _wait_for_scheduler_ready | raise _scheduler_died_error(i, scheduler_procs[i])
+"""
+    )
     out.append(
-        "Traceback (most recent call last):\n"
-        '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
-        '  File "<frozen runpy>", line 88, in _run_code\n'
-        + _frame("sglang/launch_server.py", 84, "<module>", "run_server(server_args)")
-        + _frame("sglang/launch_server.py", 67, "run_server", "launch_server(server_args)")
-        + _frame(
-            "sglang/srt/entrypoints/http_server.py", 3156, "launch_server", ") = Engine._launch_subprocesses("
+        traceback(
+            _FROZEN_RUNPY + main,
+            "RuntimeError: Rank 0 scheduler died during initialization (exit code: 1). If exit code is -9 "
+            "(SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.",
         )
-        + _frame(
-            "sglang/srt/entrypoints/engine.py",
-            1236,
-            "_launch_subprocesses",
-            "scheduler_init_result.wait_for_ready()",
-        )
-        + _frame(
-            "sglang/srt/entrypoints/engine.py",
-            995,
-            "wait_for_ready",
-            "infos = _wait_for_scheduler_ready(scheduler_pipe_readers, scheduler_procs)",
-        )
-        + _frame(
-            "sglang/srt/entrypoints/engine.py",
-            2029,
-            "_wait_for_scheduler_ready",
-            "raise _scheduler_died_error(i, scheduler_procs[i])",
-        )
-        + "RuntimeError: Rank 0 scheduler died during initialization (exit code: 1). If exit code is -9 "
-        "(SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check."
     )
     return out
 
 
 def assertion_traceback(reason: str) -> str:
-    return (
-        "Traceback (most recent call last):\n"
-        '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
-        '  File "<frozen runpy>", line 88, in _run_code\n'
-        + _frame("sglang/launch_server.py", 79, "<module>", "server_args = prepare_server_args(sys.argv[1:])")
-        + _frame(
-            "sglang/srt/server_args.py",
-            6230,
-            "prepare_server_args",
-            "return ServerArgs.from_cli_args(raw_args)",
-        )
-        + _frame("sglang/srt/server_args.py", 6063, "check_server_args", "assert (")
-        + f"AssertionError: {reason}"
+    frames = stack(
+        """
+sglang/launch_server.py:79 <module> | server_args = prepare_server_args(sys.argv[1:])
+sglang/srt/server_args.py:6230 prepare_server_args | return ServerArgs.from_cli_args(raw_args)
+sglang/srt/server_args.py:6063 check_server_args | assert (
+"""
     )
+    return traceback(_FROZEN_RUNPY + frames, f"AssertionError: {reason}")
 
 
-def runtime_traceback(frames: list[tuple[str, int, str, str]], exc: str) -> str:
-    return "Traceback (most recent call last):\n" + "".join(_frame(*f) for f in frames) + exc
-
-
-CRASH_FRAMES = [
-    ("sglang/srt/managers/scheduler.py", 3625, "run_scheduler_process", "scheduler.event_loop_overlap()"),
-    ("torch/utils/_contextlib.py", 120, "decorate_context", "return func(*args, **kwargs)"),
-    ("sglang/srt/managers/scheduler.py", 1142, "event_loop_overlap", "batch_result = self.run_batch(batch)"),
-    (
-        "sglang/srt/managers/scheduler.py",
-        2398,
-        "run_batch",
-        "batch_result = self.model_worker.forward_batch_generation(",
-    ),
-    (
-        "sglang/srt/managers/tp_worker.py",
-        421,
-        "forward_batch_generation",
-        "logits_output, can_run_cuda_graph = self.model_runner.forward(",
-    ),
-]
-CRASH_EXC = (
+_CRASH_FRAMES = stack(
+    """
+sglang/srt/managers/scheduler.py:3625 run_scheduler_process | scheduler.event_loop_overlap()
+torch/utils/_contextlib.py:120 decorate_context | return func(*args, **kwargs)
+sglang/srt/managers/scheduler.py:1142 event_loop_overlap | batch_result = self.run_batch(batch)
+sglang/srt/managers/scheduler.py:2398 run_batch | batch_result = self.model_worker.forward_batch_generation(
+sglang/srt/managers/tp_worker.py:421 forward_batch_generation | logits_output, can_run_cuda_graph = self.model_runner.forward(
+"""
+)
+_CRASH_EXC = (
     "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
     "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
     "might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
@@ -230,26 +196,18 @@ CRASH_EXC = (
 )
 
 
-DEVICE_FRAMES = [
-    (
-        "sglang/srt/managers/scheduler.py",
-        6361,
-        "run_scheduler_process",
-        "scheduler = Scheduler(server_args, port_args)",
-    ),
-    ("sglang/srt/managers/scheduler.py", 368, "__init__", "self.init_model_worker()"),
-    ("sglang/srt/managers/scheduler.py", 561, "init_model_worker", "self.tp_worker = TpModelWorker("),
-    ("sglang/srt/managers/tp_worker.py", 246, "__init__", "self._model_runner = ModelRunner("),
-    ("sglang/srt/model_executor/model_runner.py", 352, "__init__", "self.init_torch_distributed()"),
-    (
-        "sglang/srt/model_executor/model_runner.py",
-        812,
-        "init_torch_distributed",
-        "torch.get_device_module(self.device).set_device(self.gpu_id)",
-    ),
-    ("torch/cuda/__init__.py", 567, "set_device", "torch._C._cuda_setDevice(device)"),
-]
-DEVICE_EXC = (
+_DEVICE_FRAMES = stack(
+    """
+sglang/srt/managers/scheduler.py:6361 run_scheduler_process | scheduler = Scheduler(server_args, port_args)
+sglang/srt/managers/scheduler.py:368 __init__ | self.init_model_worker()
+sglang/srt/managers/scheduler.py:561 init_model_worker | self.tp_worker = TpModelWorker(
+sglang/srt/managers/tp_worker.py:246 __init__ | self._model_runner = ModelRunner(
+sglang/srt/model_executor/model_runner.py:352 __init__ | self.init_torch_distributed()
+sglang/srt/model_executor/model_runner.py:812 init_torch_distributed | torch.get_device_module(self.device).set_device(self.gpu_id)
+torch/cuda/__init__.py:567 set_device | torch._C._cuda_setDevice(device)
+"""
+)
+_DEVICE_EXC = (
     "torch.AcceleratorError: CUDA error: invalid device ordinal\n"
     "GPU device may be out of range, do you have enough GPUs?\n"
     "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
@@ -258,20 +216,33 @@ DEVICE_EXC = (
 )
 
 
+def crash_traceback() -> str:
+    """A scheduler's forward pass hits a CUDA fault (the crash_after fault)."""
+    return traceback(_CRASH_FRAMES, _CRASH_EXC)
+
+
+def device_traceback() -> str:
+    """A rank whose GPU index is past the host's GPUs: torch.cuda.set_device fails."""
+    return traceback(_DEVICE_FRAMES, _DEVICE_EXC)
+
+
+def config_traceback(exc: str) -> str:
+    """The model's config cannot be read: SGLang's config loader raises in the main process."""
+    return traceback(
+        stack("sglang/srt/configs/model_config.py:104 __init__ | self.hf_config = get_config("), exc
+    )
+
+
 def split_traceback(reason: str) -> str:
     """A layer whose shape does not split tp ways: SGLang's assert while the model is built."""
-    return (
-        "Traceback (most recent call last):\n"
-        + _SCHED_INIT
-        + _frame("sglang/srt/model_executor/model_runner.py", 445, "initialize", "self.load_model()")
-        + _frame("sglang/srt/model_executor/model_runner.py", 915, "load_model", "self.model = get_model(")
-        + _frame(
-            "sglang/srt/model_loader/loader.py", 262, "_initialize_model", "return model_class(**kwargs)"
-        )
-        + _frame("sglang/srt/layers/linear.py", 380, "__init__", "self.output_size_per_partition = divide(")
-        + _frame("sglang/srt/utils/common.py", 1210, "divide", "assert numerator % denominator == 0")
-        + f"AssertionError: {reason}"
+    frames = stack(
+        """
+sglang/srt/model_loader/loader.py:262 _initialize_model | return model_class(**kwargs)
+sglang/srt/layers/linear.py:380 __init__ | self.output_size_per_partition = divide(
+sglang/srt/utils/common.py:1210 divide | assert numerator % denominator == 0
+"""
     )
+    return traceback(_SCHED_INIT + _LOAD_MODEL + frames, f"AssertionError: {reason}")
 
 
 BEFORE_EXIT: list = []  # callables run before the process kills itself (the schedule log's flush)
@@ -287,40 +258,27 @@ def kill_self() -> None:
 
 
 # -- multi-node (torch.distributed's TCP store, gloo) -------------------------------------------
-_DIST_INIT = [
-    (
-        "sglang/srt/managers/scheduler.py",
-        6361,
-        "run_scheduler_process",
-        "scheduler = Scheduler(server_args, port_args)",
-    ),
-    ("sglang/srt/managers/scheduler.py", 536, "__init__", "bootstrap.init_parallel_runtime("),
-    ("sglang/srt/distributed/bootstrap.py", 152, "init_parallel_runtime", "_init_parallel_groups("),
-    ("sglang/srt/distributed/bootstrap.py", 322, "_init_parallel_groups", "init_distributed_environment("),
-    (
-        "sglang/srt/distributed/parallel_state.py",
-        2517,
-        "init_distributed_environment",
-        "torch.distributed.init_process_group(",
-    ),
-    ("torch/distributed/c10d_logger.py", 83, "wrapper", "return func(*args, **kwargs)"),
-    ("torch/distributed/c10d_logger.py", 97, "wrapper", "func_return = func(*args, **kwargs)"),
-    (
-        "torch/distributed/distributed_c10d.py",
-        1892,
-        "init_process_group",
-        "store, rank, world_size = next(rendezvous_iterator)",
-    ),
-    ("torch/distributed/rendezvous.py", 232, "_tcp_rendezvous_handler", "store = _create_c10d_store("),
-    ("torch/distributed/rendezvous.py", 199, "_create_c10d_store", "return TCPStore("),
-]
+DIST_INIT = stack(
+    """
+sglang/srt/managers/scheduler.py:6361 run_scheduler_process | scheduler = Scheduler(server_args, port_args)
+sglang/srt/managers/scheduler.py:536 __init__ | bootstrap.init_parallel_runtime(
+sglang/srt/distributed/bootstrap.py:152 init_parallel_runtime | _init_parallel_groups(
+sglang/srt/distributed/bootstrap.py:322 _init_parallel_groups | init_distributed_environment(
+sglang/srt/distributed/parallel_state.py:2517 init_distributed_environment | torch.distributed.init_process_group(
+torch/distributed/c10d_logger.py:83 wrapper | return func(*args, **kwargs)
+torch/distributed/c10d_logger.py:97 wrapper | func_return = func(*args, **kwargs)
+torch/distributed/distributed_c10d.py:1892 init_process_group | store, rank, world_size = next(rendezvous_iterator)
+torch/distributed/rendezvous.py:232 _tcp_rendezvous_handler | store = _create_c10d_store(
+torch/distributed/rendezvous.py:199 _create_c10d_store | return TCPStore(
+"""
+)
 
 
 def store_timeout_traceback(timeout_s: float, joined: int, world: int) -> str:
     """Node rank 0's TP0 hosts the TCPStore; torch 2.x (TCPStore.cpp), checked against torch 2.13:
     `Timed out after {timeout + 1} seconds waiting for clients. {joined}/{world} clients joined.`"""
-    return runtime_traceback(
-        _DIST_INIT,
+    return traceback(
+        DIST_INIT,
         f"torch.distributed.DistStoreError: Timed out after {int(timeout_s) + 1} seconds waiting for clients. "
         f"{joined}/{world} clients joined.",
     )
@@ -336,43 +294,36 @@ def client_timeout_traceback(timeout_s: float, host: str, port: int, connected: 
             f"torch.distributed.DistNetworkError: The client socket has timed out after {int(timeout_s * 1000)}ms "
             f"while trying to connect to ({host}, {port})."
         )
-    return runtime_traceback(_DIST_INIT, exc)
+    return traceback(DIST_INIT, exc)
+
+
+def bind_error_traceback(port: int, strerror: str) -> str:
+    """Node rank 0's rendezvous port is taken: TCPStore's bind error."""
+    return traceback(
+        DIST_INIT,
+        f"torch.distributed.DistNetworkError: The server socket has failed to listen on any local "
+        f"network address. port: {port}, useIpv6: false, code: -98, name: EADDRINUSE, "
+        f"message: address already in use ({strerror})",
+    )
 
 
 def peer_closed_traceback(host: str, port: int) -> str:
     """A non-zero node whose rank 0 went away: the scheduler's request broadcast over the gloo CPU
     group fails first (every loop iteration broadcasts, idle or not)."""
-    return runtime_traceback(
-        [
-            ("sglang/srt/managers/scheduler.py", 6368, "run_scheduler_process", "scheduler.run_event_loop()"),
-            ("sglang/srt/managers/scheduler.py", 1989, "run_event_loop", "dispatch_event_loop(self)"),
-            (
-                "sglang/srt/managers/scheduler.py",
-                6215,
-                "dispatch_event_loop",
-                "return _dispatch_event_loop_once(scheduler)",
-            ),
-            (
-                "sglang/srt/managers/scheduler.py",
-                6231,
-                "_dispatch_event_loop_once",
-                "scheduler.event_loop_overlap()",
-            ),
-            ("sglang/srt/managers/scheduler.py", 2091, "event_loop_overlap", "self.ingest_requests()"),
-            (
-                "sglang/srt/managers/scheduler_components/request_receiver.py",
-                121,
-                "recv_requests",
-                "recv_reqs = broadcast_pyobj(",
-            ),
-            (
-                "sglang/srt/utils/common.py",
-                2715,
-                "broadcast_pyobj",
-                "dist.broadcast(tensor_size, src=src, group=dist_group)",
-            ),
-            ("torch/distributed/c10d_logger.py", 83, "wrapper", "return func(*args, **kwargs)"),
-            ("torch/distributed/distributed_c10d.py", 2836, "broadcast", "work.wait()"),
-        ],
+    frames = stack(
+        """
+sglang/srt/managers/scheduler.py:6368 run_scheduler_process | scheduler.run_event_loop()
+sglang/srt/managers/scheduler.py:1989 run_event_loop | dispatch_event_loop(self)
+sglang/srt/managers/scheduler.py:6215 dispatch_event_loop | return _dispatch_event_loop_once(scheduler)
+sglang/srt/managers/scheduler.py:6231 _dispatch_event_loop_once | scheduler.event_loop_overlap()
+sglang/srt/managers/scheduler.py:2091 event_loop_overlap | self.ingest_requests()
+sglang/srt/managers/scheduler_components/request_receiver.py:121 recv_requests | recv_reqs = broadcast_pyobj(
+sglang/srt/utils/common.py:2715 broadcast_pyobj | dist.broadcast(tensor_size, src=src, group=dist_group)
+torch/distributed/c10d_logger.py:83 wrapper | return func(*args, **kwargs)
+torch/distributed/distributed_c10d.py:2836 broadcast | work.wait()
+"""
+    )
+    return traceback(
+        frames,
         f"RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [{host}]:{port}",
     )

@@ -10,6 +10,9 @@ from __future__ import annotations
 import sys
 import time
 
+# The main process's line when a scheduler died during launch (start-up and multi-node both log it).
+SIGQUIT_FROM_CHILD = "Received sigquit from a child process. It usually means the child failed."
+
 
 def _ts() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")

@@ -1,7 +1,8 @@
-"""What differs between the serving engines: launcher, flags, memory knob, semantics.
+"""What differs between the serving engines: launcher, flags, memory knob, readiness, semantics.
 
-The planner asks this module, never an `if engine == ...` scattered elsewhere.
-`sim` is SGLang's stand-in: SGLang's rules and flags, another launcher.
+The planner, the readiness gate and the sglang_health module ask this module, never an
+`if engine == ...` scattered elsewhere. `sim` is SGLang's stand-in: SGLang's rules and flags,
+another launcher.
 """
 
 from __future__ import annotations
@@ -26,14 +27,30 @@ class Engine:
     # the host gets (sglang_version): SGLang's flags change between releases.
     flags_file: str
     flags_command: str  # the command that makes that table
-    unit_prefix: str
     fraction_key: str  # the serving key that sizes the static memory pool
-    fraction_flag: str
     # serving key -> flag (a layout's args: may override these)
     serving_flags: dict = field(default_factory=dict)
     # flags rendered from structured keys: args: may not set them
     structural_flags: dict = field(default_factory=dict)
     kv_stop_message: str = ""
+    # -- the readiness gate (health_gate.py) --
+    # the one-token request that confirms a /health 200
+    confirm_route: str = "/generate"
+    # where the KV capacity (max_total_num_tokens) comes from: "server_info" (/server_info, else
+    # the start-up log's max_total_num_tokens=) or "log" (the start-up line `KV cache size: N tokens`)
+    kv_tokens_from: str = "server_info"
+    # stop semantics: the hint for an exit with status 0 nobody asked for, where the engine exits 0
+    # when it dies ("": such an exit is the plain "the engine exited")
+    exit_zero_hint: str = ""
+
+    @property
+    def unit_prefix(self) -> str:
+        """Its units are <unit_prefix>-<model>-<layout>.service."""
+        return self.name
+
+    @property
+    def fraction_flag(self) -> str:
+        return self.serving_flags[self.fraction_key]
 
 
 SGLANG = Engine(
@@ -42,9 +59,7 @@ SGLANG = Engine(
     launcher=("python3", "-m", "sglang.launch_server"),
     flags_file="sglang_flags/{version}.json",
     flags_command="make flags SGLANG_VERSION={version}",
-    unit_prefix="sglang",
     fraction_key="mem_fraction_static",
-    fraction_flag="--mem-fraction-static",
     serving_flags={
         "mem_fraction_static": "--mem-fraction-static",
         "context_length": "--context-length",
@@ -75,9 +90,7 @@ VLLM = Engine(
     launcher=("python3", "-m", "vllm.entrypoints.openai.api_server"),
     flags_file="vllm_flags.json",
     flags_command="make vllm-flags",
-    unit_prefix="vllm",
     fraction_key="gpu_memory_utilization",
-    fraction_flag="--gpu-memory-utilization",
     serving_flags={
         "gpu_memory_utilization": "--gpu-memory-utilization",
         "context_length": "--max-model-len",
@@ -94,9 +107,21 @@ VLLM = Engine(
         "--port": "port:",
     },
     kv_stop_message="vLLM stops with 'No available memory for the cache blocks'",
+    # its port stays closed until it is up; it has no /generate and no /server_info
+    confirm_route="/v1/completions",
+    kv_tokens_from="log",
+    exit_zero_hint="vLLM exited with status 0 without being asked to stop (its engine core died)",
 )
 
 ENGINES = {"sglang": SGLANG, "sim": SGLANG, "vllm": VLLM}
+
+
+def engine_of_unit(unit: str | None) -> str:
+    """The engine whose unit this is (<unit_prefix>-<model>-<layout>), else sglang."""
+    for eng in (VLLM, SGLANG):
+        if (unit or "").startswith(eng.unit_prefix + "-"):
+            return eng.name
+    return SGLANG.name
 
 
 def engine(name: str | None) -> Engine:

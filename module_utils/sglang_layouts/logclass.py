@@ -42,6 +42,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from . import engines
+
 CLASSES = (
     "cuda_oom",
     "kv_cache_no_memory",
@@ -430,7 +432,7 @@ def classify_exit(
     of a stop the caller asked for.
 
     Any exit the gate did not ask for is a failure, status 0 included: vLLM's API server exits 0
-    when its engine core dies."""
+    when its engine core dies (engines.py: exit_zero_hint)."""
     if stop_requested and (
         exit_code in (0, 137, -15, -9, 143) or signal_name in ("TERM", "SIGTERM", "KILL", "SIGKILL", "QUIT")
     ):
@@ -441,8 +443,9 @@ def classify_exit(
         return "bad_args", "exit status 2 is argparse's usage error"
     if signal_name in ("KILL", "SIGKILL") or exit_code in (-9, 137):
         return "crashed", "killed by SIGKILL (SGLang kills itself after a child failure; or the OOM killer)"
-    if exit_code == 0 and not signal_name and engine == "vllm":
-        return "crashed", "vLLM exited with status 0 without being asked to stop (its engine core died)"
+    hint = engines.engine(engine).exit_zero_hint
+    if exit_code == 0 and not signal_name and hint:
+        return "crashed", hint
     return "crashed", "the engine exited"
 
 

@@ -11,13 +11,28 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from sglang_layouts import health
+from sglang_layouts import health_gate, health_logs, health_preflight, health_proc
 
 
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """A quiet handler that answers JSON (no body for obj=None), for the fake engines."""
+
+    def log_message(self, *a):
+        pass
+
+    def _send(self, code, obj=None):
+        body = b"" if obj is None else json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
 
 class FakeSGLang:
@@ -28,18 +43,7 @@ class FakeSGLang:
         self.api_key = api_key
         outer = self
 
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _send(self, code, obj):
-                body = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class H(JsonHandler):
             def _auth(self):
                 if outer.api_key and self.headers.get("Authorization") != f"Bearer {outer.api_key}":
                     self._send(401, {"error": "unauthorized"})
@@ -88,6 +92,30 @@ class FakeSGLang:
         self.httpd.server_close()
 
 
+def gate_fails(log, state, **kw) -> health_gate.HealthFailure:
+    """The gate's verdict on a server whose port stays closed, reading the log from its end on."""
+    kw.setdefault("timeout", 30)
+    with pytest.raises(health_gate.HealthFailure) as ei:
+        health_gate.wait_ready(
+            f"http://127.0.0.1:{free_port()}",
+            health_logs.FileFollower(str(log), log.stat().st_size),
+            state,
+            **kw,
+        )
+    return ei.value
+
+
+def gate_ready(log, port, **kw) -> dict:
+    """The gate's facts from the server on `port` (it never dies), reading the log from its end on."""
+    return health_gate.wait_ready(
+        f"http://127.0.0.1:{port}",
+        health_logs.FileFollower(str(log), log.stat().st_size),
+        Alive(),
+        timeout=20,
+        **kw,
+    )
+
+
 class Alive:
     def __init__(self):
         self.alive = True
@@ -95,8 +123,8 @@ class Alive:
 
     def __call__(self):
         if self.alive:
-            return health.ProcState(alive=True, started_at=time.time() - 1)
-        return health.ProcState(
+            return health_proc.ProcState(alive=True, started_at=time.time() - 1)
+        return health_proc.ProcState(
             alive=False, exit_status=f"exited with status {self.code}", exit_code=self.code
         )
 
@@ -138,8 +166,12 @@ def test_loading_warming_ready_then_facts(log):
         log, ["[TP0] Load weight begin. avail mem=94.47 GB", "The server is fired up and ready to roll!"], 0.3
     )
     try:
-        facts = health.wait_ready(
-            url, health.FileFollower(str(log), log.stat().st_size), state, timeout=20, api_key="k3y-canary"
+        facts = health_gate.wait_ready(
+            url,
+            health_logs.FileFollower(str(log), log.stat().st_size),
+            state,
+            timeout=20,
+            api_key="k3y-canary",
         )
     finally:
         server["s"].close()
@@ -178,18 +210,12 @@ def test_fatal_line_gives_the_verdict_within_2s_while_the_process_lives(log, lin
     state = Alive()
     append_later(log, lines, 0.3)
     t0 = time.monotonic()
-    with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
-            state,
-            timeout=30,
-        )
+    failure = gate_fails(log, state)
     latency = time.monotonic() - t0 - 0.3
-    assert ei.value.failure_class == cls
-    assert ei.value.evidence["line"] == lines[-1]
-    assert ei.value.evidence["log_tail"][-1] == lines[-1]
-    assert "old run" not in " ".join(ei.value.evidence["log_tail"])
+    assert failure.failure_class == cls
+    assert failure.evidence["line"] == lines[-1]
+    assert failure.evidence["log_tail"][-1] == lines[-1]
+    assert "old run" not in " ".join(failure.evidence["log_tail"])
     assert latency < 2.0
 
 
@@ -197,15 +223,8 @@ def test_generic_line_alone_fails_only_after_grace_while_the_process_lives(log):
     state = Alive()
     append_later(log, ["Received sigquit from a child process. It usually means the child failed."], 0.2)
     t0 = time.monotonic()
-    with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
-            state,
-            timeout=30,
-            grace=0.5,
-        )
-    assert ei.value.failure_class == "crashed"
+    failure = gate_fails(log, state, grace=0.5)
+    assert failure.failure_class == "crashed"
     assert 0.5 <= time.monotonic() - t0 < 2.0
 
 
@@ -220,34 +239,22 @@ def test_process_exit_without_a_fatal_line(log):
     threading.Thread(target=die, daemon=True).start()
     append_later(log, ["[TP0] Load weight begin. avail mem=94.47 GB"], 0.1)
     t0 = time.monotonic()
-    with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
-            state,
-            timeout=30,
-        )
-    assert ei.value.failure_class == "crashed"
-    assert ei.value.evidence["exit_status"] == "exited with status 1"
-    assert ei.value.evidence["line"] is None
+    failure = gate_fails(log, state)
+    assert failure.failure_class == "crashed"
+    assert failure.evidence["exit_status"] == "exited with status 1"
+    assert failure.evidence["line"] is None
     assert time.monotonic() - t0 < 2.5
 
 
 def test_ready_timeout(log):
-    with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
-            Alive(),
-            timeout=0.6,
-        )
-    assert ei.value.failure_class == "ready_timeout"
+    failure = gate_fails(log, Alive(), timeout=0.6)
+    assert failure.failure_class == "ready_timeout"
 
 
 def test_file_follower_keeps_partial_lines(tmp_path):
     p = tmp_path / "l"
     p.write_bytes(b"")
-    f = health.FileFollower(str(p))
+    f = health_logs.FileFollower(str(p))
     with open(p, "ab") as w:
         w.write(b"half")
     assert f.read() == []
@@ -259,9 +266,9 @@ def test_file_follower_keeps_partial_lines(tmp_path):
 def test_preflight_refuses_oom_unless_forced(tmp_path):
     reasons = ["tp4ep2 uses 4 of the 8 GPUs"]
     port = free_port()
-    p = health.preflight("oom", reasons, False, str(tmp_path), "127.0.0.1", port, False)
+    p = health_preflight.preflight("oom", reasons, False, str(tmp_path), "127.0.0.1", port, False)
     assert len(p) == 1 and "oom" in p[0] and reasons[0] in p[0]
-    assert health.preflight("oom", reasons, True, str(tmp_path), "127.0.0.1", port, False) == []
+    assert health_preflight.preflight("oom", reasons, True, str(tmp_path), "127.0.0.1", port, False) == []
 
 
 def test_preflight_port_and_model_path(tmp_path):
@@ -269,29 +276,31 @@ def test_preflight_port_and_model_path(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        problems = health.preflight("fits", [], False, str(tmp_path / "missing"), "127.0.0.1", port, False)
+        problems = health_preflight.preflight(
+            "fits", [], False, str(tmp_path / "missing"), "127.0.0.1", port, False
+        )
         assert any("does not exist" in x for x in problems)
         assert any(f"port {port}" in x for x in problems)
         # held by one of our layout units: fine
-        assert health.preflight("fits", [], False, str(tmp_path), "127.0.0.1", port, True) == []
+        assert health_preflight.preflight("fits", [], False, str(tmp_path), "127.0.0.1", port, True) == []
 
 
 def test_check_alive_for_node_ranks_above_zero(log):
     off = log.stat().st_size
     with open(log, "a") as f:
         f.write("[TP8] Load weight begin. avail mem=94.47 GB\n")
-    health.check_alive(health.FileFollower(str(log), off), Alive(), settle=0)
+    health_gate.check_alive(health_logs.FileFollower(str(log), off), Alive(), settle=0)
     with open(log, "a") as f:
         f.write(
             "torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 8/16 clients joined.\n"
         )
-    with pytest.raises(health.HealthFailure) as ei:
-        health.check_alive(health.FileFollower(str(log), off), Alive(), settle=0)
+    with pytest.raises(health_gate.HealthFailure) as ei:
+        health_gate.check_alive(health_logs.FileFollower(str(log), off), Alive(), settle=0)
     assert ei.value.failure_class == "nccl_timeout"
     dead = Alive()
     dead.alive, dead.code = False, 1
-    with pytest.raises(health.HealthFailure) as ei:
-        health.check_alive(health.FileFollower(str(log), log.stat().st_size), dead, settle=0)
+    with pytest.raises(health_gate.HealthFailure) as ei:
+        health_gate.check_alive(health_logs.FileFollower(str(log), log.stat().st_size), dead, settle=0)
     assert ei.value.failure_class == "crashed"
     assert ei.value.evidence["exit_status"] == "exited with status 1"
 
@@ -308,9 +317,7 @@ def test_a_traceback_of_a_live_server_that_becomes_ready_is_not_fatal(log):
     threading.Thread(target=bring_up, daemon=True).start()
     append_later(log, ["Traceback (most recent call last):", "NameError: name '_now' is not defined"], 0.1)
     try:
-        facts = health.wait_ready(
-            f"http://127.0.0.1:{port}", health.FileFollower(str(log), log.stat().st_size), Alive(), timeout=20
-        )
+        facts = gate_ready(log, port)
     finally:
         server["s"].close()
     assert facts["max_total_num_tokens"] == 172906
@@ -329,13 +336,7 @@ def test_a_generic_line_then_the_exit_decides_at_once(log):
     )
     threading.Thread(target=die, daemon=True).start()
     t0 = time.monotonic()
-    with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
-            state,
-            timeout=30,
-        )
-    assert ei.value.failure_class == "crashed"
-    assert ei.value.evidence["line"] == PREFIX_EXC
+    failure = gate_fails(log, state)
+    assert failure.failure_class == "crashed"
+    assert failure.evidence["line"] == PREFIX_EXC
     assert time.monotonic() - t0 < 2.5

@@ -4,13 +4,20 @@ an empty body, /v1/models, a one-token /v1/completions, /version, no /server_inf
 capacity comes from the start-up line in the engine's log; exits, status 0 included, fail."""
 
 import json
-import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
-from sglang_layouts import health
+from sglang_layouts import health_gate, health_logs
+from test_health import (  # the fakes serve both
+    Alive,
+    JsonHandler,
+    append_later,
+    free_port,
+    gate_fails,
+    gate_ready,
+)
 
 KV_LINE = (
     "(EngineCore pid=22227) INFO 11-29 15:40:07 [kv_cache_utils.py:2327] CPU KV cache size: 2,097,152 tokens, "
@@ -18,29 +25,12 @@ KV_LINE = (
 )
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class FakeVLLM:
     def __init__(self, port, served="tiny-qwen2"):
         self.requests = []
         outer = self
 
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _send(self, code, obj=None):
-                body = b"" if obj is None else json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class H(JsonHandler):
             def do_GET(self):
                 outer.requests.append(("GET", self.path, None))
                 if self.path == "/health":
@@ -95,19 +85,6 @@ class FakeVLLM:
         self.httpd.server_close()
 
 
-class Alive:
-    def __init__(self):
-        self.alive = True
-        self.code = None
-
-    def __call__(self):
-        if self.alive:
-            return health.ProcState(alive=True, started_at=time.time() - 1)
-        return health.ProcState(
-            alive=False, exit_status=f"exited with status {self.code}", exit_code=self.code
-        )
-
-
 @pytest.fixture
 def log(tmp_path):
     p = tmp_path / "vllm.log"
@@ -118,23 +95,12 @@ def log(tmp_path):
     return p
 
 
-def append_later(path, lines, delay):
-    def run():
-        time.sleep(delay)
-        with open(path, "a") as f:
-            for line in lines:
-                f.write(line + "\n")
-                f.flush()
-
-    threading.Thread(target=run, daemon=True).start()
-
-
 def test_engine_from_the_unit_name():
-    assert health.engine_of(None, "vllm-tiny-qwen2-cpu-tp1.service") == "vllm"
-    assert health.engine_of("", "sglang-kimi-k2-6-ep8.service") == "sglang"
-    assert health.engine_of("sim", "vllm-x.service") == "sim"
+    assert health_gate.engine_of(None, "vllm-tiny-qwen2-cpu-tp1.service") == "vllm"
+    assert health_gate.engine_of("", "sglang-kimi-k2-6-ep8.service") == "sglang"
+    assert health_gate.engine_of("sim", "vllm-x.service") == "sim"
     with pytest.raises(ValueError):
-        health.engine_of("tgi")
+        health_gate.engine_of("tgi")
 
 
 def test_closed_port_then_ready_one_token_completion_and_facts(log):
@@ -157,13 +123,7 @@ def test_closed_port_then_ready_one_token_completion_and_facts(log):
         0.3,
     )
     try:
-        facts = health.wait_ready(
-            f"http://127.0.0.1:{port}",
-            health.FileFollower(str(log), log.stat().st_size),
-            Alive(),
-            timeout=20,
-            engine="vllm",
-        )
+        facts = gate_ready(log, port, engine="vllm")
         posts = [r for r in server["s"].requests if r[0] == "POST"]
     finally:
         server["s"].close()
@@ -191,13 +151,7 @@ def test_already_up_reads_the_kv_line_from_the_whole_log(log):
         f.write(KV_LINE + "\n")
     s = FakeVLLM(port)
     try:
-        facts = health.wait_ready(
-            f"http://127.0.0.1:{port}",
-            health.FileFollower(str(log), log.stat().st_size),
-            Alive(),
-            timeout=20,
-            engine="vllm",
-        )
+        facts = gate_ready(log, port, engine="vllm")
     finally:
         s.close()
     assert facts["already_ready"] and facts["max_total_num_tokens"] == 2097152
@@ -227,59 +181,33 @@ def test_already_up_reads_the_kv_line_from_the_whole_log(log):
 def test_a_vllm_fatal_line_decides_while_the_process_lives(log, lines, cls):
     append_later(log, lines, 0.2)
     t0 = time.monotonic()
-    with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
-            Alive(),
-            timeout=30,
-            engine="vllm",
-        )
-    assert ei.value.failure_class == cls
-    assert ei.value.evidence["line"] == lines[-1]
+    failure = gate_fails(log, Alive(), engine="vllm")
+    assert failure.failure_class == cls
+    assert failure.evidence["line"] == lines[-1]
     assert time.monotonic() - t0 < 2.5
 
 
-def test_exit_status_zero_is_a_failure(log):
-    """vLLM's API server exits 0 after its engine core died: the gate did not ask for that exit."""
+@pytest.mark.parametrize(
+    ("code", "lines", "cls", "hint"),
+    [
+        # vLLM's API server exits 0 after its engine core died: the gate did not ask for that exit
+        (0, [], "crashed", "status 0"),
+        (2, ["usage: vllm serve [model_tag] [options]"], "bad_args", "argparse"),
+    ],
+)
+def test_an_exit_without_a_fatal_line_is_classed_by_its_status(log, code, lines, cls, hint):
     state = Alive()
+    if lines:
+        append_later(log, lines, 0.1)
 
     def die():
         time.sleep(0.3)
-        state.code, state.alive = 0, False
+        state.code, state.alive = code, False
 
     threading.Thread(target=die, daemon=True).start()
-    with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
-            state,
-            timeout=30,
-            engine="vllm",
-        )
-    assert ei.value.failure_class == "crashed"
-    assert "status 0" in ei.value.hint
-    assert ei.value.evidence["exit_status"] == "exited with status 0"
-
-
-def test_argparse_exit_2_is_bad_args(log):
-    state = Alive()
-    append_later(log, ["usage: vllm serve [model_tag] [options]"], 0.1)
-
-    def die():
-        time.sleep(0.3)
-        state.code, state.alive = 2, False
-
-    threading.Thread(target=die, daemon=True).start()
-    with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
-            state,
-            timeout=30,
-            engine="vllm",
-        )
-    assert ei.value.failure_class == "bad_args"
+    failure = gate_fails(log, state, engine="vllm")
+    assert failure.failure_class == cls and hint in failure.hint
+    assert failure.evidence["exit_status"] == f"exited with status {code}"
 
 
 def test_engine_dead_after_start_fails_the_alive_check(log):
@@ -289,6 +217,17 @@ def test_engine_dead_after_start_fails_the_alive_check(log):
             "(APIServer pid=19036) ERROR 11-29 15:50:01 [core_client.py:610] [shutdown] MPClient: engine core "
             "exited unexpectedly; starting cleanup\n"
         )
-    with pytest.raises(health.HealthFailure) as ei:
-        health.check_alive(health.FileFollower(str(log), off), Alive(), settle=0, engine="vllm")
+    with pytest.raises(health_gate.HealthFailure) as ei:
+        health_gate.check_alive(health_logs.FileFollower(str(log), off), Alive(), settle=0, engine="vllm")
     assert ei.value.failure_class == "crashed"
+
+
+def test_the_engines_fields_drive_the_gate():
+    from sglang_layouts import engines
+
+    assert engines.engine("vllm").confirm_route == "/v1/completions"
+    assert engines.engine("sim").confirm_route == engines.engine("sglang").confirm_route == "/generate"
+    assert (engines.VLLM.kv_tokens_from, engines.SGLANG.kv_tokens_from) == ("log", "server_info")
+    assert engines.engine_of_unit("vllm-tiny-qwen2-cpu-tp1.service") == "vllm"
+    assert engines.engine_of_unit("sglang-kimi-k2-6-ep8.service") == engines.engine_of_unit(None) == "sglang"
+    assert (engines.VLLM.fraction_flag, engines.SGLANG.unit_prefix) == ("--gpu-memory-utilization", "sglang")

@@ -172,23 +172,20 @@ def test_format_size_and_oom_walk():
 def test_expert_parallel_waits_for_the_busiest_gpu():
     """EP8 over 384 experts, top-8, batch 1: the busiest of 8 groups of 48 holds ~2.58 routed experts
     (notes/kimi-k2-memory.md section 8); without EP every GPU reads 1/8 of all 8."""
-    ep8 = CostModel(
-        stages=[Stage(0, 1.0, 1, 0)],
-        n_experts=384,
-        top_k=8,
-        kv_bytes_per_token_layer=0,
-        bandwidth_bytes_s=1e9,
-        experts_per_gpu=48,
-    )
+
+    def model(experts_per_gpu):
+        return CostModel(
+            stages=[Stage(0, 1.0, 1, 0)],
+            n_experts=384,
+            top_k=8,
+            kv_bytes_per_token_layer=0,
+            bandwidth_bytes_s=1e9,
+            experts_per_gpu=experts_per_gpu,
+        )
+
+    ep8 = model(48)
     assert 2.45 < ep8.expert_share(1) * 48 < 2.7
-    tp8 = CostModel(
-        stages=[Stage(0, 1.0, 1, 0)],
-        n_experts=384,
-        top_k=8,
-        kv_bytes_per_token_layer=0,
-        bandwidth_bytes_s=1e9,
-        experts_per_gpu=384,
-    )
+    tp8 = model(384)
     assert tp8.expert_share(1) * 384 == pytest.approx(8.0)
     # a large batch touches nearly every expert everywhere: the imbalance fades
     assert ep8.expert_share(512) == pytest.approx(tp8.expert_share(512), rel=0.01)
@@ -261,7 +258,7 @@ def test_rank0_rendezvous_and_watchdog_lines_classify_as_nccl_timeout():
 
 
 def test_prefix_cache_counts_leading_blocks_seen_since_the_last_flush():
-    from sglang_sim.server import PrefixCache
+    from sglang_sim.prefix_cache import PrefixCache
 
     pc = PrefixCache()
     system = list(range(100, 164))  # 64 tokens = 4 blocks
