@@ -6,16 +6,20 @@ simulated server (fixed decode step). The script prints, per rate, the ratios
 sglang_bench / bench_serving of output tok/s, median TTFT and median ITL.
 Targets (issue 14): output tok/s within 3 %, median TTFT and ITL within 5 %.
 
-Both draw Poisson arrivals (bench_serving 0.5.23: np.random.exponential(1 / rate) after each
-request; sglang_bench: random.gammavariate(1, 1 / rate), the same distribution from another
-generator), so at a finite rate the two clients send different samples of the same process: the
-realised arrival spans differ by about 1/sqrt(N) relative, and an open loop's tok/s follows its own
-schedule. The script therefore also prints each client's realised rate as the simulator saw it and
-the throughput ratio normalised by it (tok/s per offered req/s). Rate inf (every request at once,
-capped by --max-concurrency) has no sampling at all. For TTFT it prints what the simulator scheduled
-for each client's requests: a request's TTFT depends on where it lands in the decode step, so two
-clients whose requests land at different phases see different true TTFTs (a client whose timers
-fire only after it has read a step's chunks sends just after a step starts and waits longer).
+Both send on the same schedule: sglang_bench runs with arrival_rng bench_serving, which draws the gaps
+bench_serving 0.5.23 draws for the same --seed (numpy's legacy global generator after its random-ids
+dataset sampling, np.random.exponential(1 / rate) per gap; equal to the float, see
+tests/conformance/test_bench_serving_schedule.py), with vocab_size set to the tokenizer's (the dataset's
+draws come first). The script prints each client's realised rate as the simulator saw it, how far the
+arrivals the simulator stamped for request i of each client are apart (relative to each client's first
+request), and the throughput ratio normalised by the realised rate (tok/s per offered req/s). The two
+still differ in how they keep the schedule: sglang_bench sends request i at t0 + offset_i (absolute),
+bench_serving sleeps each gap after it created the previous request's task (relative: its lateness adds
+up). Rate inf (every request at once, capped by --max-concurrency) has no sampling at all. For TTFT it
+prints what the simulator scheduled for each client's requests: a request's TTFT depends on where it
+lands in the decode step, so two clients whose requests land at different phases see different true
+TTFTs (a client whose timers fire only after it has read a step's chunks sends just after a step starts
+and waits longer).
 bench_serving 0.5.23 opens a new aiohttp session per request (async_request_sglang_generate), so its
 TTFT includes a TCP connect and its client overhead; the script prints measured - scheduled TTFT
 per client to show which of the two is closer to what the server did.
@@ -27,9 +31,11 @@ per client to show which of the two is closer to what the server did.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -66,6 +72,79 @@ def run_bench_serving(oracle_py, url, args, rate, workdir, tokenizer):
     )
 
 
+def tokenizer_vocab_size(oracle_py, tokenizer):
+    """The tokenizer's vocab_size as bench_serving sees it (its get_tokenizer): its random-ids draws use it."""
+    code = (
+        "import sys; from sglang.benchmark.utils import get_tokenizer; "
+        "print(get_tokenizer(sys.argv[1]).vocab_size)"
+    )
+    proc = subprocess.run(
+        [oracle_py, "-c", code, str(tokenizer)],
+        env=bench_client.oracle_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return int(proc.stdout.strip().splitlines()[-1])
+
+
+def arrival_spread(mine, their):
+    """Per request index i: |(ours_i - ours_0) - (theirs_i - theirs_0)| of the simulator's arrival stamps (ms)."""
+    a = sorted(e["arrival"] for e in mine)
+    b = sorted(e["arrival"] for e in their)
+    if len(a) != len(b) or not a:
+        return None
+    return [1000 * abs((x - a[0]) - (y - b[0])) for x, y in zip(a, b, strict=True)]
+
+
+def ttft_probe(oracle_py, url, args, rate, log):
+    """Where bench_serving's TTFT goes: its own request function (oracle_ttft_probe.py) at the mean gap of
+    `rate`, set against the simulator's stamps of the same requests (one clock). Returns medians (ms)."""
+    before = set(read_schedule(log)) if log.exists() else set()
+    n = min(args.num_prompts, 60)
+    proc = subprocess.run(
+        [
+            oracle_py,
+            str(REPO / "benchmarks" / "oracle_ttft_probe.py"),
+            url,
+            str(n),
+            str(1.0 / rate),
+            str(args.input_len),
+            str(args.output_len),
+        ],
+        env=bench_client.oracle_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    time.sleep(0.5)
+    outs = sorted(
+        (json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")), key=lambda o: o["st"]
+    )
+    new = sorted(
+        (
+            e
+            for rid, e in read_schedule(log).items()
+            if rid not in before and not rid.startswith("HEALTH_CHECK")
+        ),
+        key=lambda e: e["arrival"],
+    )
+    pairs = [(o, e) for o, e in zip(outs, new[-len(outs) :], strict=False) if o["ok"] and e.get("first_sent")]
+    if not pairs:
+        return None
+    med = statistics.median
+    return {
+        "n": len(pairs),
+        "measured": med(1000 * o["ttft"] for o, _ in pairs),
+        "scheduled": med(1000 * (e["first_token"] - e["arrival"]) for _, e in pairs),
+        "delivery": med(1000 * (e["arrival"] - o["st"]) for o, e in pairs),
+        "written": med(1000 * (e["first_sent"] - e["first_token"]) for _, e in pairs),
+        "read": med(1000 * (o["st"] + o["ttft"] - e["first_sent"]) for o, e in pairs),
+    }
+
+
 def realised_rate(entries):
     """(n - 1) / (last arrival - first arrival) as the simulator stamped them."""
     arr = sorted(e["arrival"] for e in entries)
@@ -99,6 +178,12 @@ def main(argv=None):
     )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--decode-step-ms", type=float, default=10.0)
+    ap.add_argument(
+        "--ttft-probe",
+        action="store_true",
+        help="per finite rate, also run bench_serving's own request function against the simulator and split "
+        "its TTFT into request delivery, the simulator's schedule and first-token delivery",
+    )
     args = ap.parse_args(argv)
     oracle_py = os.environ.get("SGLANG_ORACLE_PY") or str(REPO / ".venv" / "sglang" / "bin" / "python")
     if not Path(oracle_py).is_file():
@@ -110,6 +195,10 @@ def main(argv=None):
         f"simulator decode step {args.decode_step_ms:g} ms"
     )
     tokenizer = find_tokenizer(oracle_py)
+    vocab_size = tokenizer_vocab_size(oracle_py, tokenizer)
+    print(
+        f"arrival schedule: bench_serving's own draws for seed {args.seed} (tokenizer vocab_size {vocab_size})"
+    )
     all_ok = True
     with tempfile.TemporaryDirectory(prefix="bench-rate-") as work:
         log = Path(work) / "schedule.jsonl"
@@ -142,6 +231,8 @@ def main(argv=None):
                     seed=args.seed,
                     rid_prefix=f"rate-{label}",
                     telemetry=False,
+                    vocab_size=vocab_size,
+                    arrival_rng="bench_serving",
                 )
                 ours = bench.run_benchmark(cfg)["levels"][0]
                 time.sleep(0.5)
@@ -173,6 +264,12 @@ def main(argv=None):
                         f"{r_theirs:.3f} req/s (asked {rate:g}; spread ~ +-{100 / math.sqrt(args.num_prompts):.1f} % "
                         "for Poisson samples of this size)"
                     )
+                    spread = arrival_spread(mine, their)
+                    if spread:
+                        print(
+                            f"   arrival of request i after the first, sglang_bench vs bench_serving (simulator "
+                            f"stamps): |difference| median {statistics.median(spread):.3f} ms, max {max(spread):.3f} ms"
+                        )
                     line, _ = ratio_line(
                         "tok/s per realised req/s",
                         ours["output_tok_s"] / r_ours,
@@ -203,6 +300,18 @@ def main(argv=None):
                     f"sglang_bench {ours['ttft_ms']['p50'] - sched_ttft[0]:+.3f} ms, bench_serving "
                     f"{theirs['median_ttft_ms'] - sched_ttft[1]:+.3f} ms (client and loopback overhead)"
                 )
+                probe = (
+                    ttft_probe(oracle_py, url, args, rate, log)
+                    if args.ttft_probe and not math.isinf(rate)
+                    else None
+                )
+                if probe:
+                    print(
+                        f"   bench_serving's own request function, {probe['n']} requests at the mean gap (medians): "
+                        f"TTFT {probe['measured']:.3f} ms = request delivery (its st -> simulator parsed it) "
+                        f"{probe['delivery']:.3f} + scheduled {probe['scheduled']:.3f} + first token written after "
+                        f"due {probe['written']:.3f} + written -> it stamped the chunk {probe['read']:.3f} ms"
+                    )
                 lag = ours["schedule"]["send_lag_ms"]
                 print(
                     f"   sglang_bench send lag vs its schedule: p50 {lag['p50']:.3f} ms, p99 {lag['p99']:.3f} ms, "

@@ -76,6 +76,85 @@ def test_inf_is_all_at_once_and_duration_bounds_the_arrivals():
     assert max(d) < 2.0 and 60 < len(d) < 140
 
 
+# ---------------------------------------------------------------- arrival_rng bench_serving
+# Reference values printed by numpy 2.4.6 in the oracle venv (tests/conformance/test_bench_serving_schedule.py
+# compares many more cases with the oracle itself):
+#   .venv/sglang/bin/python -c "import numpy as np; np.random.seed(5); print(np.random.random_sample(3).tolist(),
+#     np.random.randint(0, 1000, size=4).tolist(), [float(np.random.standard_normal()) for _ in range(3)])"
+#   .venv/sglang/bin/python -c "import numpy as np; np.random.seed(5); print([float(np.random.gamma(0.5, 0.25))
+#     for _ in range(3)], [float(np.random.gamma(2.0, 0.25)) for _ in range(3)])"
+# and by SGLang 0.5.23's own bench_serving (tests/conformance/oracle_bench_serving_schedule.py) for
+#   --dataset-name random-ids --tokenize-prompt --random-input-len 64 --random-output-len 64
+#   --random-range-ratio 1.0 --num-prompts 10 --request-rate 8 --seed 1, tokenizer vocab_size 1024.
+NUMPY_SEED5 = (
+    [0.22199317108973948, 0.8707323061773764, 0.20671915533942642],
+    [400, 73, 8, 740],
+    [1.3675855241672734, 0.5747076876290169, -1.885762407725836],
+)
+NUMPY_SEED5_GAMMA = (
+    [0.012320242002619587, 0.010683202296061477, 0.05963637233499456],
+    [0.45305372900059176, 1.1645202987437289, 0.480195617398273],
+)
+BENCH_SERVING_SEED1_RATE8_GAPS = [
+    0.012110483956716682,
+    0.025764329260260063,
+    0.05299706022588435,
+    0.06318156771384356,
+    0.09674497185759466,
+    0.06791742132728064,
+    0.14448496371367778,
+    0.02859055094085379,
+    0.26308716140097566,
+]
+
+
+def test_numpy_legacy_generator_in_the_standard_library_draws_numpys_floats():
+    r = bench.NumpyLegacyRandom(5)
+    assert [r.random_sample() for _ in range(3)] == NUMPY_SEED5[0]
+    assert [r.randint(0, 1000) for _ in range(4)] == NUMPY_SEED5[1]
+    assert [r.gauss() for _ in range(3)] == NUMPY_SEED5[2]
+    r = bench.NumpyLegacyRandom(5)
+    assert [r.gamma(0.5, 0.25) for _ in range(3)] == NUMPY_SEED5_GAMMA[0]
+    assert [r.gamma(2.0, 0.25) for _ in range(3)] == NUMPY_SEED5_GAMMA[1]
+    with pytest.raises(bench.BenchError, match="2\\*\\*32"):
+        bench.NumpyLegacyRandom(2**32)
+
+
+def test_bench_serving_schedule_is_bench_servings_own_for_its_seed():
+    ds = {"name": "random", "input_len": 64, "output_len": 64}
+    assert bench.bench_serving_gaps(8.0, 1.0, 1, 10, ds, 1024) == BENCH_SERVING_SEED1_RATE8_GAPS
+    offsets = bench.bench_serving_offsets(8.0, 1.0, 1, 10, ds, 1024)
+    assert len(offsets) == 10 and offsets[0] == 0.0
+    assert offsets[-1] == pytest.approx(sum(BENCH_SERVING_SEED1_RATE8_GAPS), rel=1e-12)
+    # the dataset's draws come first: a vocabulary that rejects more draws, or none, moves the schedule
+    assert bench.bench_serving_gaps(8.0, 1.0, 1, 10, ds, 600) != BENCH_SERVING_SEED1_RATE8_GAPS
+    sharegpt = bench.bench_serving_gaps(8.0, 1.0, 1, 10, {"name": "sharegpt"}, 1024)
+    assert sharegpt != BENCH_SERVING_SEED1_RATE8_GAPS
+    assert bench.bench_serving_offsets(math.inf, 1.0, 1, 4, ds, 1024) == [0.0] * 4
+
+
+def test_a_rate_level_with_arrival_rng_bench_serving_sends_on_that_schedule():
+    with FakeServer(step_s=0.002, first_s=0.005) as srv:
+        cfg = bench.make_config(
+            srv.url,
+            concurrency=[],
+            request_rates=[8],
+            num_prompts=10,
+            input_len=64,
+            output_len=64,
+            vocab_size=1024,
+            seed=1,
+            warmup=0,
+            telemetry=False,
+            arrival_rng="bench_serving",
+        )
+        level = bench.run_benchmark(cfg)["levels"][0]
+    sched = level["schedule"]
+    assert (sched["arrival_rng"], sched["seed"]) == ("bench_serving", 1)
+    assert sched["offsets_s"][1] == round(BENCH_SERVING_SEED1_RATE8_GAPS[0], 6)
+    assert len(sched["offsets_s"]) == 10 and level["completed"] == 10
+
+
 # ---------------------------------------------------------------- refused before any request
 
 
@@ -90,6 +169,9 @@ def test_inf_is_all_at_once_and_duration_bounds_the_arrivals():
         ({"max_concurrency": 0}, "max_concurrency"),
         ({"concurrency": [], "request_rates": []}, "concurrency"),
         ({"request_rates": ["inf"], "duration_s": 5}, "inf sends every request at once"),
+        ({"arrival_rng": "numpy"}, "arrival_rng must be one of python, bench_serving"),
+        ({"arrival_rng": "bench_serving", "request_rates": [4], "duration_s": 5}, "give num_prompts"),
+        ({"arrival_rng": "bench_serving", "seed": -1}, "seed must be an integer in"),
         ({"slo": {"ttft_p99": 100}}, "slo key 'ttft_p99' does not exist"),
         ({"slo": {"latency_ms": 100}}, "slo key 'latency_ms' does not exist"),
         ({"slo": {"ttft_p99_ms": 0}}, "milliseconds > 0"),
