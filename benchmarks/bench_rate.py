@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -42,24 +41,31 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "module_utils"), str(REPO), str(REPO / "benchmarks")]
+sys.path[:0] = [str(REPO / "module_utils"), str(REPO)]
 
-import bench_client  # noqa: E402
-from bench_client import find_tokenizer, read_schedule, server_side_tok_s  # noqa: E402
+import sim_oracle  # noqa: E402
 from sglang_layouts import bench  # noqa: E402
-
-from sglang_sim.launcher import SimProcess  # noqa: E402
+from sim_oracle import (  # noqa: E402
+    bench_serving_entries,
+    find_tokenizer,
+    host_line,
+    oracle_env,
+    oracle_python,
+    read_schedule,
+    server_side_tok_s,
+    simulator,
+)
 
 TOK_S_TARGET = 0.03
 LATENCY_TARGET = 0.05
 
 
 def run_bench_serving(oracle_py, url, args, rate, workdir, tokenizer):
-    """bench_serving's open-loop mode at `rate` (bench_client's runner with --request-rate)."""
+    """bench_serving's open-loop mode at `rate` (sim_oracle's runner with --request-rate)."""
     load = ["--request-rate", str(rate)]
     if args.max_concurrency:
         load += ["--max-concurrency", str(args.max_concurrency)]
-    return bench_client.run_bench_serving(
+    return sim_oracle.run_bench_serving(
         oracle_py,
         url,
         args,
@@ -80,7 +86,7 @@ def tokenizer_vocab_size(oracle_py, tokenizer):
     )
     proc = subprocess.run(
         [oracle_py, "-c", code, str(tokenizer)],
-        env=bench_client.oracle_env(),
+        env=oracle_env(),
         capture_output=True,
         text=True,
         timeout=300,
@@ -113,7 +119,7 @@ def ttft_probe(oracle_py, url, args, rate, log):
             str(args.input_len),
             str(args.output_len),
         ],
-        env=bench_client.oracle_env(),
+        env=oracle_env(),
         capture_output=True,
         text=True,
         timeout=600,
@@ -166,9 +172,7 @@ def ratio_line(name, ours, theirs, target):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rates", nargs="+", default=["8", "inf"])
-    ap.add_argument("--num-prompts", type=int, default=240)
-    ap.add_argument("--input-len", type=int, default=64)
-    ap.add_argument("--output-len", type=int, default=64)
+    sim_oracle.add_load_args(ap, num_prompts=240, output_len=64)
     ap.add_argument(
         "--max-concurrency",
         type=int,
@@ -177,7 +181,6 @@ def main(argv=None):
         "falls behind at 64 streams x 100 tok/s (its ITL collapses to ~0: chunks read in bulk)",
     )
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--decode-step-ms", type=float, default=10.0)
     ap.add_argument(
         "--ttft-probe",
         action="store_true",
@@ -185,10 +188,8 @@ def main(argv=None):
         "its TTFT into request delivery, the simulator's schedule and first-token delivery",
     )
     args = ap.parse_args(argv)
-    oracle_py = os.environ.get("SGLANG_ORACLE_PY") or str(REPO / ".venv" / "sglang" / "bin" / "python")
-    if not Path(oracle_py).is_file():
-        sys.exit(f"no SGLang oracle python at {oracle_py}: run `make oracle`")
-    print(f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} (other processes share them)")
+    oracle_py = oracle_python()
+    print(host_line())
     print(
         f"settings: rates {args.rates} req/s, {args.num_prompts} requests per rate, input {args.input_len} / output "
         f"{args.output_len} tokens (random ids, fixed), seed {args.seed}, max concurrency {args.max_concurrency}, "
@@ -200,123 +201,104 @@ def main(argv=None):
         f"arrival schedule: bench_serving's own draws for seed {args.seed} (tokenizer vocab_size {vocab_size})"
     )
     all_ok = True
-    with tempfile.TemporaryDirectory(prefix="bench-rate-") as work:
-        log = Path(work) / "schedule.jsonl"
-        env = {
-            "SGLANG_SIM_SCHEDULE_LOG": str(log),
-            "SGLANG_SIM_DECODE_STEP_MS": str(args.decode_step_ms),
-            "SGLANG_SIM_PREFILL_MS_PER_TOKEN": "0",
-            "SGLANG_SIM_LOAD_SECONDS": "0.2",
-            "SGLANG_SIM_WARMUP_SECONDS": "0.1",
-        }
-        with SimProcess(
-            ["--tp-size", "8", "--max-running-requests", str(max(64, args.max_concurrency))],
-            env=env,
-            python=sys.executable,
-        ) as sim:
-            sim.wait_ready()
-            url = f"http://127.0.0.1:{sim.port}"
-            for rate_arg in args.rates:
-                rate = bench.parse_rate(rate_arg)
-                label = bench.rate_label(rate)
-                cfg = bench.make_config(
-                    url,
-                    concurrency=[],
-                    request_rates=[rate_arg],
-                    num_prompts=args.num_prompts,
-                    input_len=args.input_len,
-                    output_len=args.output_len,
-                    max_concurrency=args.max_concurrency,
-                    warmup=1,
-                    seed=args.seed,
-                    rid_prefix=f"rate-{label}",
-                    telemetry=False,
-                    vocab_size=vocab_size,
-                    arrival_rng="bench_serving",
-                )
-                ours = bench.run_benchmark(cfg)["levels"][0]
-                time.sleep(0.5)
-                theirs = run_bench_serving(oracle_py, url, args, label, work, tokenizer)
-                time.sleep(0.5)
-                sched = read_schedule(log)
-                mine = [e for rid, e in sched.items() if rid.startswith(f"rate-{label}-") and "-r" in rid]
-                their = sorted(
-                    (
-                        e
-                        for rid, e in sched.items()
-                        if not rid.startswith(("rate-", "HEALTH_CHECK")) and e["arrival"] >= theirs["_t0"]
-                    ),
-                    key=lambda e: e["arrival"],
-                )[-args.num_prompts :]
-                r_ours, r_theirs = realised_rate(mine), realised_rate(their)
-                print(f"\nrate {label} req/s ({len(mine)} / {len(their)} requests seen by the simulator)")
-                for name, a, b, target in (
-                    ("output tok/s", ours["output_tok_s"], theirs["output_throughput"], TOK_S_TARGET),
-                    ("median TTFT ms", ours["ttft_ms"]["p50"], theirs["median_ttft_ms"], LATENCY_TARGET),
-                    ("median ITL ms", ours["itl_ms"]["p50"], theirs["median_itl_ms"], LATENCY_TARGET),
-                ):
-                    line, ok = ratio_line(name, a, b, target)
-                    print(line)
-                    all_ok = all_ok and ok
-                if not math.isinf(rate) and r_ours and r_theirs:
-                    print(
-                        f"   realised arrival rate (simulator):  sglang_bench {r_ours:.3f}  bench_serving "
-                        f"{r_theirs:.3f} req/s (asked {rate:g}; spread ~ +-{100 / math.sqrt(args.num_prompts):.1f} % "
-                        "for Poisson samples of this size)"
-                    )
-                    spread = arrival_spread(mine, their)
-                    if spread:
-                        print(
-                            f"   arrival of request i after the first, sglang_bench vs bench_serving (simulator "
-                            f"stamps): |difference| median {statistics.median(spread):.3f} ms, max {max(spread):.3f} ms"
-                        )
-                    line, _ = ratio_line(
-                        "tok/s per realised req/s",
-                        ours["output_tok_s"] / r_ours,
-                        theirs["output_throughput"] / r_theirs,
-                        TOK_S_TARGET,
-                    )
-                    print(line)
-                ss_ours, ss_theirs = server_side_tok_s(mine), server_side_tok_s(their)
-                if ss_ours and ss_theirs:
-                    print(
-                        f"   tok/s as the simulator saw it (tokens / first arrival -> last token due): sglang_bench "
-                        f"{ss_ours:.1f}, bench_serving {ss_theirs:.1f} (ratio {ss_ours / ss_theirs:.4f}); each client's "
-                        f"own figure / this: sglang_bench {ours['output_tok_s'] / ss_ours:.4f}, bench_serving "
-                        f"{theirs['output_throughput'] / ss_theirs:.4f}"
-                    )
-                # which TTFT is right: what the simulator scheduled for each client's requests
-                sched_ttft = [
-                    statistics.median(
-                        1000 * (e["first_token"] - e["arrival"]) for e in es if e.get("first_token")
-                    )
-                    if es
-                    else float("nan")
-                    for es in (mine, their)
-                ]
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-rate-") as work,
+        simulator(work, args.decode_step_ms, 0.0, args.max_concurrency) as (url, log),
+    ):
+        for rate_arg in args.rates:
+            rate = bench.parse_rate(rate_arg)
+            label = bench.rate_label(rate)
+            cfg = bench.make_config(
+                url,
+                concurrency=[],
+                request_rates=[rate_arg],
+                num_prompts=args.num_prompts,
+                input_len=args.input_len,
+                output_len=args.output_len,
+                max_concurrency=args.max_concurrency,
+                warmup=1,
+                seed=args.seed,
+                rid_prefix=f"rate-{label}",
+                telemetry=False,
+                vocab_size=vocab_size,
+                arrival_rng="bench_serving",
+            )
+            ours = bench.run_benchmark(cfg)["levels"][0]
+            time.sleep(0.5)
+            theirs = run_bench_serving(oracle_py, url, args, label, work, tokenizer)
+            time.sleep(0.5)
+            sched = read_schedule(log)
+            mine = [e for rid, e in sched.items() if rid.startswith(f"rate-{label}-") and "-r" in rid]
+            their = bench_serving_entries(sched, "rate-", theirs["_t0"], args.num_prompts)
+            r_ours, r_theirs = realised_rate(mine), realised_rate(their)
+            print(f"\nrate {label} req/s ({len(mine)} / {len(their)} requests seen by the simulator)")
+            for name, a, b, target in (
+                ("output tok/s", ours["output_tok_s"], theirs["output_throughput"], TOK_S_TARGET),
+                ("median TTFT ms", ours["ttft_ms"]["p50"], theirs["median_ttft_ms"], LATENCY_TARGET),
+                ("median ITL ms", ours["itl_ms"]["p50"], theirs["median_itl_ms"], LATENCY_TARGET),
+            ):
+                line, ok = ratio_line(name, a, b, target)
+                print(line)
+                all_ok = all_ok and ok
+            if not math.isinf(rate) and r_ours and r_theirs:
                 print(
-                    f"   TTFT the simulator scheduled (first token due - request parsed), median: sglang_bench's "
-                    f"requests {sched_ttft[0]:.3f} ms, bench_serving's {sched_ttft[1]:.3f} ms; measured - scheduled: "
-                    f"sglang_bench {ours['ttft_ms']['p50'] - sched_ttft[0]:+.3f} ms, bench_serving "
-                    f"{theirs['median_ttft_ms'] - sched_ttft[1]:+.3f} ms (client and loopback overhead)"
+                    f"   realised arrival rate (simulator):  sglang_bench {r_ours:.3f}  bench_serving "
+                    f"{r_theirs:.3f} req/s (asked {rate:g}; spread ~ +-{100 / math.sqrt(args.num_prompts):.1f} % "
+                    "for Poisson samples of this size)"
                 )
-                probe = (
-                    ttft_probe(oracle_py, url, args, rate, log)
-                    if args.ttft_probe and not math.isinf(rate)
-                    else None
-                )
-                if probe:
+                spread = arrival_spread(mine, their)
+                if spread:
                     print(
-                        f"   bench_serving's own request function, {probe['n']} requests at the mean gap (medians): "
-                        f"TTFT {probe['measured']:.3f} ms = request delivery (its st -> simulator parsed it) "
-                        f"{probe['delivery']:.3f} + scheduled {probe['scheduled']:.3f} + first token written after "
-                        f"due {probe['written']:.3f} + written -> it stamped the chunk {probe['read']:.3f} ms"
+                        f"   arrival of request i after the first, sglang_bench vs bench_serving (simulator "
+                        f"stamps): |difference| median {statistics.median(spread):.3f} ms, max {max(spread):.3f} ms"
                     )
-                lag = ours["schedule"]["send_lag_ms"]
-                print(
-                    f"   sglang_bench send lag vs its schedule: p50 {lag['p50']:.3f} ms, p99 {lag['p99']:.3f} ms, "
-                    f"max {ours['schedule']['send_lag_ms_max']:.3f} ms; warnings: {ours['warnings'] or 'none'}"
+                line, _ = ratio_line(
+                    "tok/s per realised req/s",
+                    ours["output_tok_s"] / r_ours,
+                    theirs["output_throughput"] / r_theirs,
+                    TOK_S_TARGET,
                 )
+                print(line)
+            ss_ours, ss_theirs = server_side_tok_s(mine), server_side_tok_s(their)
+            if ss_ours and ss_theirs:
+                print(
+                    f"   tok/s as the simulator saw it (tokens / first arrival -> last token due): sglang_bench "
+                    f"{ss_ours:.1f}, bench_serving {ss_theirs:.1f} (ratio {ss_ours / ss_theirs:.4f}); each client's "
+                    f"own figure / this: sglang_bench {ours['output_tok_s'] / ss_ours:.4f}, bench_serving "
+                    f"{theirs['output_throughput'] / ss_theirs:.4f}"
+                )
+            # which TTFT is right: what the simulator scheduled for each client's requests
+            sched_ttft = [
+                statistics.median(
+                    1000 * (e["first_token"] - e["arrival"]) for e in es if e.get("first_token")
+                )
+                if es
+                else float("nan")
+                for es in (mine, their)
+            ]
+            print(
+                f"   TTFT the simulator scheduled (first token due - request parsed), median: sglang_bench's "
+                f"requests {sched_ttft[0]:.3f} ms, bench_serving's {sched_ttft[1]:.3f} ms; measured - scheduled: "
+                f"sglang_bench {ours['ttft_ms']['p50'] - sched_ttft[0]:+.3f} ms, bench_serving "
+                f"{theirs['median_ttft_ms'] - sched_ttft[1]:+.3f} ms (client and loopback overhead)"
+            )
+            probe = (
+                ttft_probe(oracle_py, url, args, rate, log)
+                if args.ttft_probe and not math.isinf(rate)
+                else None
+            )
+            if probe:
+                print(
+                    f"   bench_serving's own request function, {probe['n']} requests at the mean gap (medians): "
+                    f"TTFT {probe['measured']:.3f} ms = request delivery (its st -> simulator parsed it) "
+                    f"{probe['delivery']:.3f} + scheduled {probe['scheduled']:.3f} + first token written after "
+                    f"due {probe['written']:.3f} + written -> it stamped the chunk {probe['read']:.3f} ms"
+                )
+            lag = ours["schedule"]["send_lag_ms"]
+            print(
+                f"   sglang_bench send lag vs its schedule: p50 {lag['p50']:.3f} ms, p99 {lag['p99']:.3f} ms, "
+                f"max {ours['schedule']['send_lag_ms_max']:.3f} ms; warnings: {ours['warnings'] or 'none'}"
+            )
     print("\nresult:", "targets met" if all_ok else "TARGET MISSED (see the lines marked MISSED)")
     return 0 if all_ok else 1
 

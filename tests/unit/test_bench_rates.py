@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from bench_fake_server import FakeServer
-from sglang_layouts import bench
+from sglang_layouts import bench, bench_common, bench_schedule, bench_slo, bench_telemetry
 
 SHAREGPT = Path(__file__).resolve().parents[1] / "fixtures" / "sharegpt" / "small.json"
 
@@ -56,23 +56,23 @@ sglang:time_to_first_token_seconds_bucket{le="+Inf",model_name="meta-llama/Llama
 
 
 def test_poisson_schedule_is_seeded_and_has_the_asked_mean_rate():
-    a = bench.arrival_offsets(4.0, 1.0, "s", num_prompts=4000)
-    assert a == bench.arrival_offsets(4.0, 1.0, "s", num_prompts=4000)
-    assert a != bench.arrival_offsets(4.0, 1.0, "other", num_prompts=4000)
+    a = bench_schedule.arrival_offsets(4.0, 1.0, "s", num_prompts=4000)
+    assert a == bench_schedule.arrival_offsets(4.0, 1.0, "s", num_prompts=4000)
+    assert a != bench_schedule.arrival_offsets(4.0, 1.0, "other", num_prompts=4000)
     gaps = [b - x for x, b in itertools.pairwise(a)]
     assert a[0] == 0.0 and len(a) == 4000
     assert statistics.mean(gaps) == pytest.approx(0.25, rel=0.06)
     # exponential gaps: coefficient of variation 1; gamma with burstiness 4 is more regular (CV 1/2)
     assert statistics.pstdev(gaps) / statistics.mean(gaps) == pytest.approx(1.0, abs=0.08)
-    g = bench.arrival_offsets(4.0, 4.0, "s", num_prompts=4000)
+    g = bench_schedule.arrival_offsets(4.0, 4.0, "s", num_prompts=4000)
     ggaps = [b - x for x, b in itertools.pairwise(g)]
     assert statistics.mean(ggaps) == pytest.approx(0.25, rel=0.06)
     assert statistics.pstdev(ggaps) / statistics.mean(ggaps) == pytest.approx(0.5, abs=0.06)
 
 
 def test_inf_is_all_at_once_and_duration_bounds_the_arrivals():
-    assert bench.arrival_offsets(math.inf, 1.0, "s", num_prompts=5) == [0.0] * 5
-    d = bench.arrival_offsets(50.0, 1.0, "s", duration_s=2.0)
+    assert bench_schedule.arrival_offsets(math.inf, 1.0, "s", num_prompts=5) == [0.0] * 5
+    d = bench_schedule.arrival_offsets(50.0, 1.0, "s", duration_s=2.0)
     assert max(d) < 2.0 and 60 < len(d) < 140
 
 
@@ -109,28 +109,28 @@ BENCH_SERVING_SEED1_RATE8_GAPS = [
 
 
 def test_numpy_legacy_generator_in_the_standard_library_draws_numpys_floats():
-    r = bench.NumpyLegacyRandom(5)
+    r = bench_schedule.NumpyLegacyRandom(5)
     assert [r.random_sample() for _ in range(3)] == NUMPY_SEED5[0]
     assert [r.randint(0, 1000) for _ in range(4)] == NUMPY_SEED5[1]
     assert [r.gauss() for _ in range(3)] == NUMPY_SEED5[2]
-    r = bench.NumpyLegacyRandom(5)
+    r = bench_schedule.NumpyLegacyRandom(5)
     assert [r.gamma(0.5, 0.25) for _ in range(3)] == NUMPY_SEED5_GAMMA[0]
     assert [r.gamma(2.0, 0.25) for _ in range(3)] == NUMPY_SEED5_GAMMA[1]
     with pytest.raises(bench.BenchError, match="2\\*\\*32"):
-        bench.NumpyLegacyRandom(2**32)
+        bench_schedule.NumpyLegacyRandom(2**32)
 
 
 def test_bench_serving_schedule_is_bench_servings_own_for_its_seed():
     ds = {"name": "random", "input_len": 64, "output_len": 64}
-    assert bench.bench_serving_gaps(8.0, 1.0, 1, 10, ds, 1024) == BENCH_SERVING_SEED1_RATE8_GAPS
-    offsets = bench.bench_serving_offsets(8.0, 1.0, 1, 10, ds, 1024)
+    assert bench_schedule.bench_serving_gaps(8.0, 1.0, 1, 10, ds, 1024) == BENCH_SERVING_SEED1_RATE8_GAPS
+    offsets = bench_schedule.bench_serving_offsets(8.0, 1.0, 1, 10, ds, 1024)
     assert len(offsets) == 10 and offsets[0] == 0.0
     assert offsets[-1] == pytest.approx(sum(BENCH_SERVING_SEED1_RATE8_GAPS), rel=1e-12)
     # the dataset's draws come first: a vocabulary that rejects more draws, or none, moves the schedule
-    assert bench.bench_serving_gaps(8.0, 1.0, 1, 10, ds, 600) != BENCH_SERVING_SEED1_RATE8_GAPS
-    sharegpt = bench.bench_serving_gaps(8.0, 1.0, 1, 10, {"name": "sharegpt"}, 1024)
+    assert bench_schedule.bench_serving_gaps(8.0, 1.0, 1, 10, ds, 600) != BENCH_SERVING_SEED1_RATE8_GAPS
+    sharegpt = bench_schedule.bench_serving_gaps(8.0, 1.0, 1, 10, {"name": "sharegpt"}, 1024)
     assert sharegpt != BENCH_SERVING_SEED1_RATE8_GAPS
-    assert bench.bench_serving_offsets(math.inf, 1.0, 1, 4, ds, 1024) == [0.0] * 4
+    assert bench_schedule.bench_serving_offsets(math.inf, 1.0, 1, 4, ds, 1024) == [0.0] * 4
 
 
 def test_a_rate_level_with_arrival_rng_bench_serving_sends_on_that_schedule():
@@ -239,7 +239,7 @@ def test_rate_level_sends_on_its_schedule_and_records_it():
     assert rate["completed"] == 12 and inf["completed"] == 12
     sched = rate["schedule"]
     assert sched["offsets_s"] == [
-        round(o, 6) for o in bench.arrival_offsets(40.0, 1.0, sched["seed"], num_prompts=12)
+        round(o, 6) for o in bench_schedule.arrival_offsets(40.0, 1.0, sched["seed"], num_prompts=12)
     ]
     # every request left at (or just after) its scheduled time: the server saw the schedule's spacing
     arrivals = sorted(e["arrival"] for e in srv.state.log if "-l0-" in e["rid"])
@@ -377,7 +377,7 @@ def test_goodput_and_slo_met_follow_the_thresholds():
             warmup=0,
             slo={"ttft_p99_ms": 5000},
         )
-        strict = dict(loose, slo=bench.make_slo({"ttft_p99_ms": 1, "itl_p99_ms": 5000}))
+        strict = dict(loose, slo=bench_slo.make_slo({"ttft_p99_ms": 1, "itl_p99_ms": 5000}))
         a = bench.run_benchmark(loose)["levels"][0]
         b = bench.run_benchmark(strict)["levels"][0]
     assert a["slo_met"] is True and a["goodput_tok_s"] == pytest.approx(a["output_tok_s"])
@@ -407,7 +407,7 @@ def test_goodput_counts_only_requests_meeting_every_threshold():
             "error": None,
         }
 
-    slo = bench.make_slo({"ttft_ms": 100, "tpot_p90_ms": 20, "percentile": 50})
+    slo = bench_slo.make_slo({"ttft_ms": 100, "tpot_p90_ms": 20, "percentile": 50})
     cfg = {"output_len": 5, "slo": slo}
     level = bench.summarize_level(cfg, 2, [req(0.05), req(0.05, gap=0.03), req(0.5)], 2.0, 4)
     assert level["slo"]["good"] == 1 and level["goodput_tok_s"] == pytest.approx(5 / 2.0)
@@ -417,13 +417,15 @@ def test_goodput_counts_only_requests_meeting_every_threshold():
 
 
 def _fake_level(rate, capacity):
-    return {"request_rate": bench.rate_json(rate), "slo_met": rate <= capacity}
+    return {"request_rate": bench_common.rate_json(rate), "slo_met": rate <= capacity}
 
 
 @pytest.mark.parametrize("capacity", [0.3, 3.7, 11.0, 100.0])
 def test_slo_search_bisects_to_the_highest_rate_meeting_the_slo_within_its_steps(capacity):
     cfg = {
-        "slo": bench.make_slo({"ttft_p99_ms": 1, "search": True, "search_steps": 8, "search_max_rate": 64})
+        "slo": bench_slo.make_slo(
+            {"ttft_p99_ms": 1, "search": True, "search_steps": 8, "search_max_rate": 64}
+        )
     }
     ladder = [_fake_level(r, capacity) for r in (1.0, 2.0, 4.0, 8.0, math.inf)]
     tried = []
@@ -432,7 +434,7 @@ def test_slo_search_bisects_to_the_highest_rate_meeting_the_slo_within_its_steps
         tried.append(rate)
         return _fake_level(rate, capacity)
 
-    out = bench.slo_search(cfg, ladder, run)
+    out = bench_slo.slo_search(cfg, ladder, run)
     assert len(tried) <= 8
     best = out["slo_max_rate"]
     if capacity >= 64:
@@ -446,8 +448,8 @@ def test_slo_search_bisects_to_the_highest_rate_meeting_the_slo_within_its_steps
 
 
 def test_slo_search_stops_when_inf_met():
-    cfg = {"slo": bench.make_slo({"e2e_p99_ms": 1, "search": True})}
-    out = bench.slo_search(cfg, [_fake_level(math.inf, math.inf)], lambda r, s: pytest.fail("no step"))
+    cfg = {"slo": bench_slo.make_slo({"e2e_p99_ms": 1, "search": True})}
+    out = bench_slo.slo_search(cfg, [_fake_level(math.inf, math.inf)], lambda r, s: pytest.fail("no step"))
     assert out["slo_max_rate"] == "inf" and out["steps"] == []
 
 
@@ -477,14 +479,14 @@ def test_slo_search_runs_through_the_benchmark_and_is_recorded():
 
 
 def test_prometheus_parsing_of_sglangs_format():
-    parsed = bench.parse_prometheus(SGLANG_METRICS)
+    parsed = bench_telemetry.parse_prometheus(SGLANG_METRICS)
     assert parsed["sglang:num_running_reqs"][1] == (
         {"model_name": "meta-llama/Llama-3.1-8B-Instruct", "tp_rank": "0", "dp_rank": "1"},
         5.0,
     )
     assert parsed["sglang:prompt_tokens_total"][0][1] == 8.128902e06
     assert parsed["sglang:time_to_first_token_seconds_bucket"][1][0]["le"] == "+Inf"
-    sample = bench.server_sample(parsed)
+    sample = bench_telemetry.server_sample(parsed)
     assert sample == {
         "num_running_reqs": 8.0,
         "num_queue_reqs": 1.0,
@@ -492,7 +494,12 @@ def test_prometheus_parsing_of_sglangs_format():
         "cache_hit_rate": 0.5,
         "gen_throughput": 1600.0,
     }
-    assert bench.server_sample(bench.parse_prometheus('x{a="q\\"uo,te}"} 1\n'))["num_running_reqs"] is None
+    assert (
+        bench_telemetry.server_sample(bench_telemetry.parse_prometheus('x{a="q\\"uo,te}"} 1\n'))[
+            "num_running_reqs"
+        ]
+        is None
+    )
 
 
 def _fake_nvidia_smi(tmp_path, lines):
@@ -564,8 +571,8 @@ def test_a_between_levels_check_stops_the_ladder_and_the_search(monkeypatch):
     assert [lv["request_rate"] for lv in out["levels"]] == [None, 20.0]
     assert "slo_search" not in out["summary"]
     calls = []
-    search = bench.slo_search(
-        {"slo": bench.make_slo({"ttft_p99_ms": 1, "search": True})},
+    search = bench_slo.slo_search(
+        {"slo": bench_slo.make_slo({"ttft_p99_ms": 1, "search": True})},
         [],
         lambda r, s: calls.append(r) or {"request_rate": r, "slo_met": True},
         keep_going=lambda lv: False,
