@@ -145,8 +145,14 @@ options:
         releases and vLLM with C(--burstiness)). Every rate level is then one bench_serving run with that seed.
         Needs an integer O(seed) in C([0, 2**32 - 1]) and a request count (O(num_prompts) or the default, not
         O(duration_s)). For conformance runs against bench_serving; the prompts stay this module's own.
+      - C(vllm) draws the schedule of C(vllm bench serve --seed <seed> --num-prompts <num_prompts> --request-rate
+        <rate> --burstiness <burstiness>) (vLLM 0.32), equal to the float in its delays: after
+        C(np.random.seed(seed)) one C(np.random.gamma(burstiness, 1 / (rate x burstiness))) per request, the first
+        included, summed, the sums rescaled so that the last is C(num_prompts / rate); the first request is sent
+        at once and request i at C(delay_i - delay_0). Its random dataset draws from C(np.random.default_rng), so
+        O(vocab_size) plays no part. Same requirements on O(seed) and the request count as C(bench_serving).
     type: str
-    choices: [python, bench_serving]
+    choices: [python, bench_serving, vllm]
     default: python
   max_concurrency:
     description: Most requests in flight at once in a rate level (a scheduled request waits for a slot; the wait
@@ -436,7 +442,7 @@ def main():
             keep_requests=dict(type="bool", default=False),
             request_rates=dict(type="list", elements="raw", default=[]),
             burstiness=dict(type="float", default=1.0),
-            arrival_rng=dict(type="str", default="python", choices=["python", "bench_serving"]),
+            arrival_rng=dict(type="str", default="python", choices=["python", "bench_serving", "vllm"]),
             max_concurrency=dict(type="int"),
             duration_s=dict(type="float"),
             dataset=dict(type="dict"),

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from .bench_client import API_PATHS, APIS, Client, Endpoint, http_json, run_closed_loop, run_open_loop
 from .bench_common import BenchError, is_number, parse_rate, rate_json, rate_label, say, stats
-from .bench_schedule import ARRIVAL_RNGS, arrival_offsets, bench_serving_offsets
+from .bench_schedule import ARRIVAL_RNGS, arrival_offsets, bench_serving_offsets, vllm_offsets
 from .bench_slo import evaluate_slo, make_slo, max_met_rate, slo_search
 from .bench_telemetry import TELEMETRY_INTERVAL_S, Telemetry
 from .bench_workloads import make_dataset, make_workload, request_body
@@ -80,8 +80,11 @@ FORMULAS = {
     "dataset sampling (random / random-range: np.random.randint for the n input and the n output lengths, "
     "range ratio 1 for random, then n ids in [0, vocab_size); sharegpt, shared-prefix: none), then "
     "np.random.exponential(1 / rate) per gap (np.random.gamma(burstiness, 1 / (rate x burstiness)) when "
-    "burstiness is not 1), reproduced to the float with the standard library (NumpyLegacyRandom); inf = every "
-    "request at offset 0; with max_concurrency a scheduled request "
+    "burstiness is not 1), reproduced to the float with the standard library (NumpyLegacyRandom); with "
+    "arrival_rng vllm, the delays `vllm bench serve --seed <seed> --num-prompts <n> --request-rate <rate>` (0.32) "
+    "computes: after np.random.seed(seed), np.random.gamma(burstiness, 1 / (rate x burstiness)) per request (the "
+    "first included), summed, the sums rescaled so that the last is n / rate; offset_i = delay_i - delay_0; "
+    "inf = every request at offset 0; with max_concurrency a scheduled request "
     "waits for a free slot (the wait counts in send_lag_ms, not in TTFT)",
     "send_lag_ms": "t_start - (t0 + offset_i) per request: how late it was sent against its schedule "
     "(includes the wait for a max_concurrency slot); client_lag_ms = t_dispatch - (t0 + offset_i), the "
@@ -189,22 +192,20 @@ def make_config(
         raise BenchError(f"telemetry_interval must be in [0.05, 3600] seconds, not {telemetry_interval!r}")
     if arrival_rng not in ARRIVAL_RNGS:
         raise BenchError(f"arrival_rng must be one of {', '.join(ARRIVAL_RNGS)}, not {arrival_rng!r}")
-    if arrival_rng == "bench_serving":
+    if arrival_rng != "python":
         if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= 0xFFFFFFFF:
             raise BenchError(
-                f"arrival_rng bench_serving: seed must be an integer in [0, 2**32 - 1] (numpy's), not {seed!r}"
+                f"arrival_rng {arrival_rng}: seed must be an integer in [0, 2**32 - 1] (numpy's), not {seed!r}"
             )
         if rates and num_prompts is None and duration_s is not None:
             raise BenchError(
-                "arrival_rng bench_serving draws a schedule for a request count (bench_serving's --num-prompts): "
+                f"arrival_rng {arrival_rng} draws a schedule for a request count (the client's --num-prompts): "
                 "give num_prompts, not duration_s"
             )
-        if (
-            not isinstance(vocab_size, int)
-            or isinstance(vocab_size, bool)
-            or not 1 <= vocab_size <= 0xFFFFFFFF
-        ):
-            raise BenchError(f"vocab_size must be an integer in [1, 2**32 - 1], not {vocab_size!r}")
+    if arrival_rng == "bench_serving" and (
+        not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or not 1 <= vocab_size <= 0xFFFFFFFF
+    ):
+        raise BenchError(f"vocab_size must be an integer in [1, 2**32 - 1], not {vocab_size!r}")
     ds, pairs = make_dataset(dataset, input_len, output_len, context_length)
     slo_cfg = make_slo(slo)
     rate_specs = []
@@ -508,6 +509,9 @@ async def run_level(cfg, spec, index, progress=None, keep_requests=False):
                 cfg.get("dataset"),
                 cfg["vocab_size"],
             )
+        elif cfg.get("arrival_rng") == "vllm":
+            sched_seed = cfg["seed"]
+            offsets = vllm_offsets(rate, cfg["burstiness"], sched_seed, spec["num_prompts"])
         else:
             sched_seed = f"{cfg['seed']}:arrivals:{rate_label(rate)}:{cfg['burstiness']:g}"
             offsets = arrival_offsets(

@@ -11,8 +11,8 @@ import random
 
 from .bench_common import BenchError
 
-# Generators of the arrival schedule: ours (random.Random seeded per level) or bench_serving's own draws.
-ARRIVAL_RNGS = ("python", "bench_serving")
+# Generators of the arrival schedule: ours (random.Random seeded per level), or bench_serving's or vLLM's own draws.
+ARRIVAL_RNGS = ("python", "bench_serving", "vllm")
 RATE_LEVEL_MAX_REQUESTS = 100000
 
 
@@ -178,3 +178,30 @@ def bench_serving_offsets(rate, burstiness, seed, num_prompts, dataset=None, voc
         t += gap
         offsets.append(t)
     return offsets[: max(num_prompts, 1)]
+
+
+def vllm_delays(rate, burstiness, seed, num_prompts):
+    """The delays (s after its start) at which `vllm bench serve --seed seed --request-rate rate` (vLLM 0.32)
+    sends its num_prompts requests (FORMULAS["request_rate"], arrival_rng vllm); all 0 at rate inf.
+
+    vLLM (benchmarks/serve.py get_request) seeds np.random with the seed (its random dataset draws from
+    np.random.default_rng, not from the global generator), draws np.random.gamma(burstiness,
+    1 / (rate x burstiness)) for every request, the first included, sums them, and rescales the sums so
+    that the last one is num_prompts / rate exactly."""
+    if math.isinf(rate):
+        return [0.0] * num_prompts
+    rng = NumpyLegacyRandom(seed)
+    theta = 1.0 / (rate * burstiness)
+    delays = [rng.gamma(burstiness, theta) for _ in range(num_prompts)]
+    for i in range(1, len(delays)):
+        delays[i] += delays[i - 1]
+    if delays and delays[-1] != 0:
+        factor = (num_prompts / rate) / delays[-1]
+        delays = [d * factor for d in delays]
+    return delays
+
+
+def vllm_offsets(rate, burstiness, seed, num_prompts):
+    """vLLM's schedule from its first request on: offset_i = delay_i - delay_0."""
+    delays = vllm_delays(rate, burstiness, seed, num_prompts)
+    return [d - delays[0] for d in delays] or [0.0]

@@ -133,6 +133,34 @@ def test_bench_serving_schedule_is_bench_servings_own_for_its_seed():
     assert bench_schedule.bench_serving_offsets(math.inf, 1.0, 1, 4, ds, 1024) == [0.0] * 4
 
 
+# printed by vLLM 0.32's own get_request (tests/conformance/oracle_vllm_schedule.py) for
+#   vllm bench serve --dataset-name random --random-input-len 16 --random-output-len 16 --num-prompts 10
+#   --request-rate 8 --seed 1
+VLLM_SEED1_RATE8_DELAYS = [
+    0.15545385398530315,
+    0.5225137843355026,
+    0.5225467362085131,
+    0.626262015698765,
+    0.6719843124826097,
+    0.6998953731080643,
+    0.7592744828552402,
+    0.88141693118532,
+    1.0270316376805388,
+    1.25,
+]
+
+
+def test_vllm_schedule_is_vllms_own_for_its_seed():
+    assert bench_schedule.vllm_delays(8.0, 1.0, 1, 10) == VLLM_SEED1_RATE8_DELAYS
+    offsets = bench_schedule.vllm_offsets(8.0, 1.0, 1, 10)
+    assert offsets[0] == 0.0 and offsets[-1] == 1.25 - VLLM_SEED1_RATE8_DELAYS[0]
+    assert bench_schedule.vllm_offsets(math.inf, 1.0, 1, 3) == [0.0] * 3
+    cfg = bench.make_config(
+        "http://127.0.0.1:1", concurrency=[], request_rates=[8], num_prompts=10, arrival_rng="vllm"
+    )
+    assert cfg["arrival_rng"] == "vllm"
+
+
 def test_a_rate_level_with_arrival_rng_bench_serving_sends_on_that_schedule():
     with FakeServer(step_s=0.002, first_s=0.005) as srv:
         cfg = bench.make_config(
@@ -172,6 +200,7 @@ def test_a_rate_level_with_arrival_rng_bench_serving_sends_on_that_schedule():
         ({"arrival_rng": "numpy"}, "arrival_rng must be one of python, bench_serving"),
         ({"arrival_rng": "bench_serving", "request_rates": [4], "duration_s": 5}, "give num_prompts"),
         ({"arrival_rng": "bench_serving", "seed": -1}, "seed must be an integer in"),
+        ({"arrival_rng": "vllm", "request_rates": [4], "duration_s": 5}, "give num_prompts"),
         ({"slo": {"ttft_p99": 100}}, "slo key 'ttft_p99' does not exist"),
         ({"slo": {"latency_ms": 100}}, "slo key 'latency_ms' does not exist"),
         ({"slo": {"ttft_p99_ms": 0}}, "milliseconds > 0"),
