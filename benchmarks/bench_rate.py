@@ -26,6 +26,11 @@ per client to show which of the two is closer to what the server did.
 
     make bench-rate          # SGLANG_ORACLE_PY=.venv/sglang/bin/python benchmarks/bench_rate.py
     python benchmarks/bench_rate.py --rates 20 inf --num-prompts 400
+    python benchmarks/bench_rate.py --rates 8 --num-prompts 80 --ttft-probe --vllm   # also vLLM's client
+
+With --vllm (needs `make vllm`) each rate also runs sglang_bench with api completions and arrival_rng vllm
+against `vllm bench serve --backend vllm` (vLLM 0.32: the same seed gives the same delays, see
+tests/conformance/test_bench_serving_vllm_schedule.py) and prints the same ratios.
 """
 
 from __future__ import annotations
@@ -76,6 +81,62 @@ def run_bench_serving(oracle_py, url, args, rate, workdir, tokenizer):
         name=f"bench_serving-{rate}",
         timeout=1800,
     )
+
+
+def run_vllm_bench(vllm_py, url, args, rate, workdir, tokenizer):
+    """`vllm bench serve --backend vllm` (/v1/completions, random dataset, fixed lengths) at `rate`; its result JSON."""
+    name = f"vllm-{rate}.json"
+    argv = [
+        str(Path(vllm_py).with_name("vllm")),
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--base-url",
+        url,
+        "--model",
+        "default",
+        "--tokenizer",
+        str(tokenizer),
+        "--ready-check-timeout-sec",
+        "0",
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(args.input_len),
+        "--random-output-len",
+        str(args.output_len),
+        "--random-range-ratio",
+        "0",
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--num-prompts",
+        str(args.num_prompts),
+        "--request-rate",
+        str(rate),
+        "--seed",
+        str(args.seed),
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--save-result",
+        "--result-dir",
+        str(workdir),
+        "--result-filename",
+        name,
+    ]
+    if args.max_concurrency:
+        argv += ["--max-concurrency", str(args.max_concurrency)]
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, env=oracle_env(), cwd=workdir, capture_output=True, text=True, timeout=1800)
+    out = Path(workdir) / name
+    if proc.returncode != 0 or not out.is_file():
+        sys.exit(
+            f"vllm bench serve failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
+    row = json.loads(out.read_text())
+    row["_t0"] = t0
+    return row
 
 
 def tokenizer_vocab_size(oracle_py, tokenizer):
@@ -157,16 +218,90 @@ def realised_rate(entries):
     return (len(arr) - 1) / (arr[-1] - arr[0]) if len(arr) > 1 and arr[-1] > arr[0] else None
 
 
-def ratio_line(name, ours, theirs, target):
+def ratio_line(name, ours, theirs, target, other="bench_serving"):
     if not ours or not theirs:
         return f"   {name:<34} -", True
     r = ours / theirs
     ok = abs(r - 1) <= target
     return (
-        f"   {name:<34} sglang_bench {ours:10.3f}  bench_serving {theirs:10.3f}  ratio {r:.4f} "
+        f"   {name:<34} sglang_bench {ours:10.3f}  {other} {theirs:10.3f}  ratio {r:.4f} "
         f"({100 * (r - 1):+.2f} %, target +-{100 * target:.0f} %) {'ok' if ok else 'MISSED'}",
         ok,
     )
+
+
+def run_ours(url, args, rate_arg, rid_prefix, **options):
+    """One sglang_bench rate level at rate_arg with the script's settings (options: api, arrival_rng, ...)."""
+    cfg = bench.make_config(
+        url,
+        concurrency=[],
+        request_rates=[rate_arg],
+        num_prompts=args.num_prompts,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        max_concurrency=args.max_concurrency,
+        warmup=1,
+        seed=args.seed,
+        rid_prefix=rid_prefix,
+        telemetry=False,
+        **options,
+    )
+    return bench.run_benchmark(cfg)["levels"][0]
+
+
+def compare_vllm(url, args, rate_arg, work, tokenizer, log):
+    """sglang_bench (api completions, arrival_rng vllm) vs `vllm bench serve` at one rate; prints the ratios."""
+    vllm_py = str(REPO / ".venv" / "vllm" / "bin" / "python")
+    if not Path(vllm_py).is_file():
+        sys.exit(f"no vLLM python at {vllm_py}: run `make vllm`")
+    rate = bench.parse_rate(rate_arg)
+    label = bench.rate_label(rate)
+    ours = run_ours(url, args, rate_arg, f"vrate-{label}", api="completions", arrival_rng="vllm")
+    time.sleep(0.5)
+    theirs = run_vllm_bench(vllm_py, url, args, label, work, tokenizer)
+    time.sleep(0.5)
+    sched = read_schedule(log)
+    mine = [e for rid, e in sched.items() if rid.startswith(f"vrate-{label}-") and "-r" in rid]
+    their = sorted(
+        (
+            e
+            for rid, e in sched.items()
+            if e["arrival"] >= theirs["_t0"] and not rid.startswith(("vrate-", "rate-", "HEALTH_CHECK"))
+        ),
+        key=lambda e: e["arrival"],
+    )[-args.num_prompts :]
+    print(
+        f"   vs vllm bench serve (api completions, arrival_rng vllm; {len(mine)} / {len(their)} requests seen):"
+    )
+    ok = True
+    for name, a, b, target in (
+        ("output tok/s", ours["output_tok_s"], theirs.get("output_throughput"), TOK_S_TARGET),
+        ("median TTFT ms", ours["ttft_ms"]["p50"], theirs.get("median_ttft_ms"), LATENCY_TARGET),
+        ("median ITL ms", ours["itl_ms"]["p50"], theirs.get("median_itl_ms"), LATENCY_TARGET),
+    ):
+        line, good = ratio_line(name, a, b, target, other="vllm")
+        print(line)
+        ok = ok and good
+    r_ours, r_theirs = realised_rate(mine), realised_rate(their)
+    if not math.isinf(rate) and r_ours and r_theirs:
+        spread = arrival_spread(mine, their)
+        print(
+            f"   realised arrival rate (simulator):  sglang_bench {r_ours:.3f}  vllm {r_theirs:.3f} req/s; arrival of "
+            f"request i after the first, |difference| median "
+            f"{statistics.median(spread) if spread else float('nan'):.3f} ms"
+        )
+    sched_ttft = [
+        statistics.median(1000 * (e["first_token"] - e["arrival"]) for e in es if e.get("first_token"))
+        if es
+        else float("nan")
+        for es in (mine, their)
+    ]
+    print(
+        f"   TTFT the simulator scheduled, median: sglang_bench's {sched_ttft[0]:.3f} ms, vllm's {sched_ttft[1]:.3f} ms; "
+        f"measured - scheduled: sglang_bench {ours['ttft_ms']['p50'] - sched_ttft[0]:+.3f} ms, vllm "
+        f"{(theirs.get('median_ttft_ms') or float('nan')) - sched_ttft[1]:+.3f} ms"
+    )
+    return ok
 
 
 def main(argv=None):
@@ -181,6 +316,12 @@ def main(argv=None):
         "falls behind at 64 streams x 100 tok/s (its ITL collapses to ~0: chunks read in bulk)",
     )
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--vllm",
+        action="store_true",
+        help="per rate, also compare with `vllm bench serve` (from .venv/vllm, `make vllm`): sglang_bench with "
+        "api completions and arrival_rng vllm against vLLM's client, same simulator",
+    )
     ap.add_argument(
         "--ttft-probe",
         action="store_true",
@@ -208,22 +349,9 @@ def main(argv=None):
         for rate_arg in args.rates:
             rate = bench.parse_rate(rate_arg)
             label = bench.rate_label(rate)
-            cfg = bench.make_config(
-                url,
-                concurrency=[],
-                request_rates=[rate_arg],
-                num_prompts=args.num_prompts,
-                input_len=args.input_len,
-                output_len=args.output_len,
-                max_concurrency=args.max_concurrency,
-                warmup=1,
-                seed=args.seed,
-                rid_prefix=f"rate-{label}",
-                telemetry=False,
-                vocab_size=vocab_size,
-                arrival_rng="bench_serving",
+            ours = run_ours(
+                url, args, rate_arg, f"rate-{label}", vocab_size=vocab_size, arrival_rng="bench_serving"
             )
-            ours = bench.run_benchmark(cfg)["levels"][0]
             time.sleep(0.5)
             theirs = run_bench_serving(oracle_py, url, args, label, work, tokenizer)
             time.sleep(0.5)
@@ -294,6 +422,8 @@ def main(argv=None):
                     f"{probe['delivery']:.3f} + scheduled {probe['scheduled']:.3f} + first token written after "
                     f"due {probe['written']:.3f} + written -> it stamped the chunk {probe['read']:.3f} ms"
                 )
+            if args.vllm:
+                all_ok = compare_vllm(url, args, rate_arg, work, tokenizer, log) and all_ok
             lag = ours["schedule"]["send_lag_ms"]
             print(
                 f"   sglang_bench send lag vs its schedule: p50 {lag['p50']:.3f} ms, p99 {lag['p99']:.3f} ms, "

@@ -137,16 +137,16 @@ options:
       - C(bench_serving) draws the very schedule that C(python -m sglang.bench_serving --seed <seed>
         --num-prompts <num_prompts> --request-rate <rate>) (SGLang 0.5.23, C(--dataset-name random-ids),
         C(--random-range-ratio 1.0) for O(dataset=random), the dataset's C(range_ratio) for C(random-range))
-        sends on, equal to the float: numpy's legacy global generator (C(np.random.seed(seed))), reproduced with
+        sends on, equal to the float, from numpy's legacy global generator (C(np.random.seed(seed))), reproduced with
         the standard library; the draws of bench_serving's dataset sampling come first (the input and output
-        lengths, then one prompt offset per request in C([0, vocab_size)): set O(vocab_size) to the tokenizer's
+        lengths, then one prompt offset per request in C([0, vocab_size)), so set O(vocab_size) to the tokenizer's
         C(vocab_size)), then C(np.random.exponential(1 / rate)) per gap, or
         C(np.random.gamma(burstiness, 1 / (rate x burstiness))) when O(burstiness) is not 1 (bench_serving
         releases and vLLM with C(--burstiness)). Every rate level is then one bench_serving run with that seed.
         Needs an integer O(seed) in C([0, 2**32 - 1]) and a request count (O(num_prompts) or the default, not
         O(duration_s)). For conformance runs against bench_serving; the prompts stay this module's own.
       - C(vllm) draws the schedule of C(vllm bench serve --seed <seed> --num-prompts <num_prompts> --request-rate
-        <rate> --burstiness <burstiness>) (vLLM 0.32), equal to the float in its delays: after
+        <rate> --burstiness <burstiness>) (vLLM 0.32), equal to the float in its delays. After
         C(np.random.seed(seed)) one C(np.random.gamma(burstiness, 1 / (rate x burstiness))) per request, the first
         included, summed, the sums rescaled so that the last is C(num_prompts / rate); the first request is sent
         at once and request i at C(delay_i - delay_0). Its random dataset draws from C(np.random.default_rng), so
