@@ -21,10 +21,7 @@ delivery (token due in the simulator -> client has read it).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,23 +30,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "module_utils"), str(REPO)]
 
-from sglang_layouts import bench  # noqa: E402
-
-from sglang_sim.launcher import SimProcess  # noqa: E402
+import sim_oracle  # noqa: E402
+from sglang_layouts import bench, bench_client, bench_common  # noqa: E402
 
 TTFT_TARGET_MS = 1.0
 ITL_TARGET_MS = 1.0
 RATIO_TARGET = 0.03
-
-
-def read_schedule(path):
-    out = {}
-    with open(path) as fh:
-        for line in fh:
-            if line.strip():
-                e = json.loads(line)
-                out[e["rid"]] = e
-    return out
 
 
 def compare_with_schedule(level, schedule):
@@ -80,12 +66,13 @@ def compare_with_schedule(level, schedule):
         pairs = zip(reqs, reqs[1:], strict=False)  # noqa: RUF007
         reissue.extend(1000 * (b["t_start"] - (a["t_complete"] or a["t_end"])) for a, b in pairs)
     return {
-        "reissue_lag_ms_median": statistics.median(reissue) if reissue else None,
-        "reissue_lag_ms_p99": bench.percentile(reissue, 99) if reissue else None,
+        # nan where no stream ran a second request (num_prompts <= concurrency)
+        "reissue_lag_ms_median": statistics.median(reissue) if reissue else float("nan"),
+        "reissue_lag_ms_p99": bench_common.percentile(reissue, 99) if reissue else float("nan"),
         "matched": matched,
         "ttft_abs_diff_ms_median": statistics.median(d_ttft) if d_ttft else None,
         "itl_abs_diff_ms_median": statistics.median(d_itl) if d_itl else None,
-        "itl_abs_diff_ms_p99": bench.percentile(d_itl, 99) if d_itl else None,
+        "itl_abs_diff_ms_p99": bench_common.percentile(d_itl, 99) if d_itl else None,
         "itl_gaps_compared": len(d_itl),
         "request_delivery_ms_median": statistics.median(req_delivery) if req_delivery else None,
         "first_token_delivery_ms_median": statistics.median(tok_delivery) if tok_delivery else None,
@@ -94,106 +81,10 @@ def compare_with_schedule(level, schedule):
     }
 
 
-def server_side_tok_s(records):
-    """The load a client generated, as the simulator saw it: tokens / (last token due - first arrival)."""
-    if not records:
-        return None
-    span = max(e["token_times"][-1] for e in records) - min(e["arrival"] for e in records)
-    return sum(e["completion_tokens"] for e in records) / span if span > 0 else None
-
-
-def find_tokenizer(oracle_py):
-    """The offline tokenizer the conformance tests build (bench_serving loads one even for random-ids)."""
-    found = sorted((REPO / "build" / "conformance").glob("tokenizer-*/tokenizer.json"))
-    if found:
-        return found[-1].parent
-    out = Path(tempfile.mkdtemp(prefix="bench-client-tok-")) / "tok"
-    subprocess.run(
-        [oracle_py, str(REPO / "tests" / "conformance" / "make_tokenizer.py"), str(out)],
-        check=True,
-        env=oracle_env(),
-        timeout=300,
-    )
-    return out
-
-
-def oracle_env():
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore"})
-    return env
-
-
-def run_bench_serving(
-    oracle_py,
-    url,
-    args,
-    workdir,
-    tokenizer=None,
-    env=None,
-    load=None,
-    seed=1,
-    name="bench_serving",
-    timeout=900,
-):
-    """sglang.bench_serving (random-ids, fixed lengths) against url; its last JSON line.
-
-    tokenizer: the server's tokenizer folder (default: the conformance tests' offline one).
-    load: the load-shape flags (default: --max-concurrency args.concurrency)."""
-    out = Path(workdir) / f"{name}.jsonl"
-    if out.exists():
-        out.unlink()
-    argv = [
-        oracle_py,
-        "-m",
-        "sglang.bench_serving",
-        "--backend",
-        "sglang",
-        "--base-url",
-        url,
-        "--dataset-name",
-        "random-ids",
-        "--random-input-len",
-        str(args.input_len),
-        "--random-output-len",
-        str(args.output_len),
-        "--random-range-ratio",
-        "1.0",
-        # send the sampled ids as input_ids (backend sglang): without it bench_serving decodes them
-        # to text, which the simulator counts as words (64 asked -> ~41 tokens)
-        "--tokenize-prompt",
-        "--num-prompts",
-        str(args.num_prompts),
-        *(load if load is not None else ["--max-concurrency", str(args.concurrency)]),
-        "--warmup-requests",
-        "1",
-        "--flush-cache",
-        "--tokenizer",
-        str(tokenizer or find_tokenizer(oracle_py)),
-        "--output-file",
-        str(out),
-        "--seed",
-        str(seed),
-    ]
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        argv, env=env or oracle_env(), cwd=workdir, capture_output=True, text=True, timeout=timeout
-    )
-    if proc.returncode != 0 or not out.is_file():
-        sys.exit(
-            f"bench_serving failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        )
-    row = json.loads([ln for ln in out.read_text().splitlines() if ln.strip()][-1])
-    row["_t0"] = t0
-    return row
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--concurrency", type=int, default=64)
-    ap.add_argument("--num-prompts", type=int, default=256)
-    ap.add_argument("--input-len", type=int, default=64)
-    ap.add_argument("--output-len", type=int, default=128)
-    ap.add_argument("--decode-step-ms", type=float, default=10.0)
+    sim_oracle.add_load_args(ap, num_prompts=256, output_len=128)
     ap.add_argument(
         "--prefill-ms-per-token",
         type=float,
@@ -203,66 +94,45 @@ def main(argv=None):
     )
     ap.add_argument("--skip-oracle", action="store_true", help="only the comparison with the schedule")
     args = ap.parse_args(argv)
-    oracle_py = os.environ.get("SGLANG_ORACLE_PY") or str(REPO / ".venv" / "sglang" / "bin" / "python")
-    if not args.skip_oracle and not Path(oracle_py).is_file():
-        sys.exit(f"no SGLang oracle python at {oracle_py}: run `make oracle` (or pass --skip-oracle)")
+    oracle_py = sim_oracle.oracle_python(required=not args.skip_oracle, hint=" (or pass --skip-oracle)")
 
-    print(f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} (other processes share them)")
-    with tempfile.TemporaryDirectory(prefix="bench-client-") as work:
-        log = Path(work) / "schedule.jsonl"
-        env = {
-            "SGLANG_SIM_SCHEDULE_LOG": str(log),
-            "SGLANG_SIM_DECODE_STEP_MS": str(args.decode_step_ms),
-            "SGLANG_SIM_PREFILL_MS_PER_TOKEN": str(args.prefill_ms_per_token),
-            "SGLANG_SIM_LOAD_SECONDS": "0.2",
-            "SGLANG_SIM_WARMUP_SECONDS": "0.1",
-        }
-        with SimProcess(
-            ["--tp-size", "8", "--max-running-requests", str(max(64, args.concurrency))],
-            env=env,
-            python=sys.executable,
-        ) as sim:
-            sim.wait_ready()
-            url = f"http://127.0.0.1:{sim.port}"
-            cfg = bench.make_config(
-                url,
-                concurrency=[args.concurrency],
-                num_prompts=args.num_prompts,
-                input_len=args.input_len,
-                output_len=args.output_len,
-                warmup=1,
-                rid_prefix="bench-client",
-            )
-            bench.http_json(url + "/sim/stats?reset=1")
-            ours = bench.run_benchmark(cfg, keep_requests=True)
-            level = ours["levels"][0]
-            _, sim_stats = bench.http_json(url + "/sim/stats?reset=1")
+    print(sim_oracle.host_line())
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-client-") as work,
+        sim_oracle.simulator(work, args.decode_step_ms, args.prefill_ms_per_token, args.concurrency) as (
+            url,
+            log,
+        ),
+    ):
+        cfg = bench.make_config(
+            url,
+            concurrency=[args.concurrency],
+            num_prompts=args.num_prompts,
+            input_len=args.input_len,
+            output_len=args.output_len,
+            warmup=1,
+            rid_prefix="bench-client",
+        )
+        bench_client.http_json(url + "/sim/stats?reset=1")
+        ours = bench.run_benchmark(cfg, keep_requests=True)
+        level = ours["levels"][0]
+        _, sim_stats = bench_client.http_json(url + "/sim/stats?reset=1")
+        time.sleep(0.5)
+        cmp_ = compare_with_schedule(level, sim_oracle.read_schedule(log))
+        theirs = None
+        if not args.skip_oracle:
+            theirs = sim_oracle.run_bench_serving(oracle_py, url, args, work)
             time.sleep(0.5)
-            cmp_ = compare_with_schedule(level, read_schedule(log))
-            theirs = None
-            if not args.skip_oracle:
-                theirs = run_bench_serving(oracle_py, url, args, work)
-                time.sleep(0.5)
-                sched = read_schedule(log)
-                their = sorted(
-                    (
-                        e
-                        for rid, e in sched.items()
-                        if not rid.startswith(("bench-client", "HEALTH_CHECK"))
-                        and e["arrival"] >= theirs["_t0"]
-                    ),
-                    key=lambda e: e["arrival"],
-                )[-args.num_prompts :]  # its warmup request(s) first: left out
-                theirs["_prompt_tokens"] = (
-                    statistics.mean(e["prompt_tokens"] for e in their) if their else None
-                )
-                theirs["_completion_tokens"] = (
-                    statistics.mean(e["completion_tokens"] for e in their) if their else None
-                )
-                their_sched_ttft = [1000 * (e["first_token"] - e["arrival"]) for e in their]
-                theirs["_server_side"] = server_side_tok_s(their)
-                ours_sched = [sched[r["rid"]] for r in level["requests"] if r["rid"] in sched]
-                level["_server_side"] = server_side_tok_s(ours_sched)
+            sched = sim_oracle.read_schedule(log)
+            their = sim_oracle.bench_serving_entries(sched, "bench-client", theirs["_t0"], args.num_prompts)
+            theirs["_prompt_tokens"] = statistics.mean(e["prompt_tokens"] for e in their) if their else None
+            theirs["_completion_tokens"] = (
+                statistics.mean(e["completion_tokens"] for e in their) if their else None
+            )
+            their_sched_ttft = [1000 * (e["first_token"] - e["arrival"]) for e in their]
+            theirs["_server_side"] = sim_oracle.server_side_tok_s(their)
+            ours_sched = [sched[r["rid"]] for r in level["requests"] if r["rid"] in sched]
+            level["_server_side"] = sim_oracle.server_side_tok_s(ours_sched)
 
     print(
         f"settings: {args.concurrency} streams, {args.num_prompts} requests, input {args.input_len} / output "

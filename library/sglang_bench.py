@@ -129,6 +129,31 @@ options:
       below 1 burstier, above 1 more regular (as vLLM's and SGLang's C(--burstiness)).
     type: float
     default: 1.0
+  arrival_rng:
+    description:
+      - Which generator draws the gaps between arrivals of the rate levels.
+      - C(python) (the default) draws them from C(random.Random) seeded by O(seed), the rate and O(burstiness),
+        so that every level has its own schedule.
+      - C(bench_serving) draws the very schedule that C(python -m sglang.bench_serving --seed <seed>
+        --num-prompts <num_prompts> --request-rate <rate>) (SGLang 0.5.23, C(--dataset-name random-ids),
+        C(--random-range-ratio 1.0) for O(dataset=random), the dataset's C(range_ratio) for C(random-range))
+        sends on, equal to the float, from numpy's legacy global generator (C(np.random.seed(seed))), reproduced with
+        the standard library; the draws of bench_serving's dataset sampling come first (the input and output
+        lengths, then one prompt offset per request in C([0, vocab_size)), so set O(vocab_size) to the tokenizer's
+        C(vocab_size)), then C(np.random.exponential(1 / rate)) per gap, or
+        C(np.random.gamma(burstiness, 1 / (rate x burstiness))) when O(burstiness) is not 1 (bench_serving
+        releases and vLLM with C(--burstiness)). Every rate level is then one bench_serving run with that seed.
+        Needs an integer O(seed) in C([0, 2**32 - 1]) and a request count (O(num_prompts) or the default, not
+        O(duration_s)). For conformance runs against bench_serving; the prompts stay this module's own.
+      - C(vllm) draws the schedule of C(vllm bench serve --seed <seed> --num-prompts <num_prompts> --request-rate
+        <rate> --burstiness <burstiness>) (vLLM 0.32), equal to the float in its delays. After
+        C(np.random.seed(seed)) one C(np.random.gamma(burstiness, 1 / (rate x burstiness))) per request, the first
+        included, summed, the sums rescaled so that the last is C(num_prompts / rate); the first request is sent
+        at once and request i at C(delay_i - delay_0). Its random dataset draws from C(np.random.default_rng), so
+        O(vocab_size) plays no part. Same requirements on O(seed) and the request count as C(bench_serving).
+    type: str
+    choices: [python, bench_serving, vllm]
+    default: python
   max_concurrency:
     description: Most requests in flight at once in a rate level (a scheduled request waits for a slot; the wait
       shows in C(send_lag_ms)). Unset = no cap.
@@ -293,7 +318,7 @@ ansible_facts:
               description: Requests/s of a rate level (C(inf) as a string); null for a concurrency level.
               type: raw
             schedule:
-              description: Rate levels - the seed, the offsets (s) of the arrival schedule, send_lag_ms (and send_lag_ms_each, per request) and client_lag_ms
+              description: Rate levels - the seed and arrival_rng, the offsets (s) of the arrival schedule, send_lag_ms (and send_lag_ms_each, per request) and client_lag_ms
                 (mean/p50/p90/p99, and max), achieved_request_rate and scheduled_request_rate.
               type: dict
             goodput_req_s:
@@ -417,6 +442,7 @@ def main():
             keep_requests=dict(type="bool", default=False),
             request_rates=dict(type="list", elements="raw", default=[]),
             burstiness=dict(type="float", default=1.0),
+            arrival_rng=dict(type="str", default="python", choices=["python", "bench_serving", "vllm"]),
             max_concurrency=dict(type="int"),
             duration_s=dict(type="float"),
             dataset=dict(type="dict"),
@@ -449,6 +475,7 @@ def main():
             min_prompts=p["min_prompts"],
             request_rates=p["request_rates"],
             burstiness=p["burstiness"],
+            arrival_rng=p["arrival_rng"],
             max_concurrency=p["max_concurrency"],
             duration_s=p["duration_s"],
             dataset=p["dataset"],

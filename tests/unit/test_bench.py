@@ -6,16 +6,16 @@ import statistics
 
 import pytest
 from bench_fake_server import FakeServer
-from sglang_layouts import bench
+from sglang_layouts import bench, bench_common
 
 
 def test_percentile_matches_numpy_linear_method():
     xs = [5.0, 1.0, 3.0, 2.0, 4.0]
-    assert bench.percentile(xs, 50) == 3.0
-    assert bench.percentile(xs, 90) == pytest.approx(4.6)
-    assert bench.percentile(xs, 99) == pytest.approx(4.96)
-    assert bench.percentile([7.0], 99) == 7.0
-    assert bench.stats([]) == {"mean": None, "p50": None, "p90": None, "p99": None}
+    assert bench_common.percentile(xs, 50) == 3.0
+    assert bench_common.percentile(xs, 90) == pytest.approx(4.6)
+    assert bench_common.percentile(xs, 99) == pytest.approx(4.96)
+    assert bench_common.percentile([7.0], 99) == 7.0
+    assert bench_common.stats([]) == {"mean": None, "p50": None, "p90": None, "p99": None}
 
 
 def test_default_num_prompts_grows_with_concurrency_and_is_bounded():
@@ -176,8 +176,8 @@ def test_knee_is_the_first_level_near_the_peak():
             "completed": 1,
             "failed": 0,
             "output_tok_s": tok,
-            "decode_tok_s": bench.stats([1.0]),
-            "ttft_ms": bench.stats([1.0]),
+            "decode_tok_s": bench_common.stats([1.0]),
+            "ttft_ms": bench_common.stats([1.0]),
             "warnings": [],
         }
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from bench_fake_server import FakeServer
-from sglang_layouts import bench
+from sglang_layouts import bench, bench_common, bench_schedule, bench_slo, bench_telemetry
 
 SHAREGPT = Path(__file__).resolve().parents[1] / "fixtures" / "sharegpt" / "small.json"
 
@@ -56,24 +56,131 @@ sglang:time_to_first_token_seconds_bucket{le="+Inf",model_name="meta-llama/Llama
 
 
 def test_poisson_schedule_is_seeded_and_has_the_asked_mean_rate():
-    a = bench.arrival_offsets(4.0, 1.0, "s", num_prompts=4000)
-    assert a == bench.arrival_offsets(4.0, 1.0, "s", num_prompts=4000)
-    assert a != bench.arrival_offsets(4.0, 1.0, "other", num_prompts=4000)
+    a = bench_schedule.arrival_offsets(4.0, 1.0, "s", num_prompts=4000)
+    assert a == bench_schedule.arrival_offsets(4.0, 1.0, "s", num_prompts=4000)
+    assert a != bench_schedule.arrival_offsets(4.0, 1.0, "other", num_prompts=4000)
     gaps = [b - x for x, b in itertools.pairwise(a)]
     assert a[0] == 0.0 and len(a) == 4000
     assert statistics.mean(gaps) == pytest.approx(0.25, rel=0.06)
     # exponential gaps: coefficient of variation 1; gamma with burstiness 4 is more regular (CV 1/2)
     assert statistics.pstdev(gaps) / statistics.mean(gaps) == pytest.approx(1.0, abs=0.08)
-    g = bench.arrival_offsets(4.0, 4.0, "s", num_prompts=4000)
+    g = bench_schedule.arrival_offsets(4.0, 4.0, "s", num_prompts=4000)
     ggaps = [b - x for x, b in itertools.pairwise(g)]
     assert statistics.mean(ggaps) == pytest.approx(0.25, rel=0.06)
     assert statistics.pstdev(ggaps) / statistics.mean(ggaps) == pytest.approx(0.5, abs=0.06)
 
 
 def test_inf_is_all_at_once_and_duration_bounds_the_arrivals():
-    assert bench.arrival_offsets(math.inf, 1.0, "s", num_prompts=5) == [0.0] * 5
-    d = bench.arrival_offsets(50.0, 1.0, "s", duration_s=2.0)
+    assert bench_schedule.arrival_offsets(math.inf, 1.0, "s", num_prompts=5) == [0.0] * 5
+    d = bench_schedule.arrival_offsets(50.0, 1.0, "s", duration_s=2.0)
     assert max(d) < 2.0 and 60 < len(d) < 140
+
+
+# ---------------------------------------------------------------- arrival_rng bench_serving
+# Reference values printed by numpy 2.4.6 in the oracle venv (tests/conformance/test_bench_serving_schedule.py
+# compares many more cases with the oracle itself):
+#   .venv/sglang/bin/python -c "import numpy as np; np.random.seed(5); print(np.random.random_sample(3).tolist(),
+#     np.random.randint(0, 1000, size=4).tolist(), [float(np.random.standard_normal()) for _ in range(3)])"
+#   .venv/sglang/bin/python -c "import numpy as np; np.random.seed(5); print([float(np.random.gamma(0.5, 0.25))
+#     for _ in range(3)], [float(np.random.gamma(2.0, 0.25)) for _ in range(3)])"
+# and by SGLang 0.5.23's own bench_serving (tests/conformance/oracle_bench_serving_schedule.py) for
+#   --dataset-name random-ids --tokenize-prompt --random-input-len 64 --random-output-len 64
+#   --random-range-ratio 1.0 --num-prompts 10 --request-rate 8 --seed 1, tokenizer vocab_size 1024.
+NUMPY_SEED5 = (
+    [0.22199317108973948, 0.8707323061773764, 0.20671915533942642],
+    [400, 73, 8, 740],
+    [1.3675855241672734, 0.5747076876290169, -1.885762407725836],
+)
+NUMPY_SEED5_GAMMA = (
+    [0.012320242002619587, 0.010683202296061477, 0.05963637233499456],
+    [0.45305372900059176, 1.1645202987437289, 0.480195617398273],
+)
+BENCH_SERVING_SEED1_RATE8_GAPS = [
+    0.012110483956716682,
+    0.025764329260260063,
+    0.05299706022588435,
+    0.06318156771384356,
+    0.09674497185759466,
+    0.06791742132728064,
+    0.14448496371367778,
+    0.02859055094085379,
+    0.26308716140097566,
+]
+
+
+def test_numpy_legacy_generator_in_the_standard_library_draws_numpys_floats():
+    r = bench_schedule.NumpyLegacyRandom(5)
+    assert [r.random_sample() for _ in range(3)] == NUMPY_SEED5[0]
+    assert [r.randint(0, 1000) for _ in range(4)] == NUMPY_SEED5[1]
+    assert [r.gauss() for _ in range(3)] == NUMPY_SEED5[2]
+    r = bench_schedule.NumpyLegacyRandom(5)
+    assert [r.gamma(0.5, 0.25) for _ in range(3)] == NUMPY_SEED5_GAMMA[0]
+    assert [r.gamma(2.0, 0.25) for _ in range(3)] == NUMPY_SEED5_GAMMA[1]
+    with pytest.raises(bench.BenchError, match="2\\*\\*32"):
+        bench_schedule.NumpyLegacyRandom(2**32)
+
+
+def test_bench_serving_schedule_is_bench_servings_own_for_its_seed():
+    ds = {"name": "random", "input_len": 64, "output_len": 64}
+    assert bench_schedule.bench_serving_gaps(8.0, 1.0, 1, 10, ds, 1024) == BENCH_SERVING_SEED1_RATE8_GAPS
+    offsets = bench_schedule.bench_serving_offsets(8.0, 1.0, 1, 10, ds, 1024)
+    assert len(offsets) == 10 and offsets[0] == 0.0
+    assert offsets[-1] == pytest.approx(sum(BENCH_SERVING_SEED1_RATE8_GAPS), rel=1e-12)
+    # the dataset's draws come first: a vocabulary that rejects more draws, or none, moves the schedule
+    assert bench_schedule.bench_serving_gaps(8.0, 1.0, 1, 10, ds, 600) != BENCH_SERVING_SEED1_RATE8_GAPS
+    sharegpt = bench_schedule.bench_serving_gaps(8.0, 1.0, 1, 10, {"name": "sharegpt"}, 1024)
+    assert sharegpt != BENCH_SERVING_SEED1_RATE8_GAPS
+    assert bench_schedule.bench_serving_offsets(math.inf, 1.0, 1, 4, ds, 1024) == [0.0] * 4
+
+
+# printed by vLLM 0.32's own get_request (tests/conformance/oracle_vllm_schedule.py) for
+#   vllm bench serve --dataset-name random --random-input-len 16 --random-output-len 16 --num-prompts 10
+#   --request-rate 8 --seed 1
+VLLM_SEED1_RATE8_DELAYS = [
+    0.15545385398530315,
+    0.5225137843355026,
+    0.5225467362085131,
+    0.626262015698765,
+    0.6719843124826097,
+    0.6998953731080643,
+    0.7592744828552402,
+    0.88141693118532,
+    1.0270316376805388,
+    1.25,
+]
+
+
+def test_vllm_schedule_is_vllms_own_for_its_seed():
+    assert bench_schedule.vllm_delays(8.0, 1.0, 1, 10) == VLLM_SEED1_RATE8_DELAYS
+    offsets = bench_schedule.vllm_offsets(8.0, 1.0, 1, 10)
+    assert offsets[0] == 0.0 and offsets[-1] == 1.25 - VLLM_SEED1_RATE8_DELAYS[0]
+    assert bench_schedule.vllm_offsets(math.inf, 1.0, 1, 3) == [0.0] * 3
+    cfg = bench.make_config(
+        "http://127.0.0.1:1", concurrency=[], request_rates=[8], num_prompts=10, arrival_rng="vllm"
+    )
+    assert cfg["arrival_rng"] == "vllm"
+
+
+def test_a_rate_level_with_arrival_rng_bench_serving_sends_on_that_schedule():
+    with FakeServer(step_s=0.002, first_s=0.005) as srv:
+        cfg = bench.make_config(
+            srv.url,
+            concurrency=[],
+            request_rates=[8],
+            num_prompts=10,
+            input_len=64,
+            output_len=64,
+            vocab_size=1024,
+            seed=1,
+            warmup=0,
+            telemetry=False,
+            arrival_rng="bench_serving",
+        )
+        level = bench.run_benchmark(cfg)["levels"][0]
+    sched = level["schedule"]
+    assert (sched["arrival_rng"], sched["seed"]) == ("bench_serving", 1)
+    assert sched["offsets_s"][1] == round(BENCH_SERVING_SEED1_RATE8_GAPS[0], 6)
+    assert len(sched["offsets_s"]) == 10 and level["completed"] == 10
 
 
 # ---------------------------------------------------------------- refused before any request
@@ -90,6 +197,10 @@ def test_inf_is_all_at_once_and_duration_bounds_the_arrivals():
         ({"max_concurrency": 0}, "max_concurrency"),
         ({"concurrency": [], "request_rates": []}, "concurrency"),
         ({"request_rates": ["inf"], "duration_s": 5}, "inf sends every request at once"),
+        ({"arrival_rng": "numpy"}, "arrival_rng must be one of python, bench_serving"),
+        ({"arrival_rng": "bench_serving", "request_rates": [4], "duration_s": 5}, "give num_prompts"),
+        ({"arrival_rng": "bench_serving", "seed": -1}, "seed must be an integer in"),
+        ({"arrival_rng": "vllm", "request_rates": [4], "duration_s": 5}, "give num_prompts"),
         ({"slo": {"ttft_p99": 100}}, "slo key 'ttft_p99' does not exist"),
         ({"slo": {"latency_ms": 100}}, "slo key 'latency_ms' does not exist"),
         ({"slo": {"ttft_p99_ms": 0}}, "milliseconds > 0"),
@@ -157,7 +268,7 @@ def test_rate_level_sends_on_its_schedule_and_records_it():
     assert rate["completed"] == 12 and inf["completed"] == 12
     sched = rate["schedule"]
     assert sched["offsets_s"] == [
-        round(o, 6) for o in bench.arrival_offsets(40.0, 1.0, sched["seed"], num_prompts=12)
+        round(o, 6) for o in bench_schedule.arrival_offsets(40.0, 1.0, sched["seed"], num_prompts=12)
     ]
     # every request left at (or just after) its scheduled time: the server saw the schedule's spacing
     arrivals = sorted(e["arrival"] for e in srv.state.log if "-l0-" in e["rid"])
@@ -295,7 +406,7 @@ def test_goodput_and_slo_met_follow_the_thresholds():
             warmup=0,
             slo={"ttft_p99_ms": 5000},
         )
-        strict = dict(loose, slo=bench.make_slo({"ttft_p99_ms": 1, "itl_p99_ms": 5000}))
+        strict = dict(loose, slo=bench_slo.make_slo({"ttft_p99_ms": 1, "itl_p99_ms": 5000}))
         a = bench.run_benchmark(loose)["levels"][0]
         b = bench.run_benchmark(strict)["levels"][0]
     assert a["slo_met"] is True and a["goodput_tok_s"] == pytest.approx(a["output_tok_s"])
@@ -325,7 +436,7 @@ def test_goodput_counts_only_requests_meeting_every_threshold():
             "error": None,
         }
 
-    slo = bench.make_slo({"ttft_ms": 100, "tpot_p90_ms": 20, "percentile": 50})
+    slo = bench_slo.make_slo({"ttft_ms": 100, "tpot_p90_ms": 20, "percentile": 50})
     cfg = {"output_len": 5, "slo": slo}
     level = bench.summarize_level(cfg, 2, [req(0.05), req(0.05, gap=0.03), req(0.5)], 2.0, 4)
     assert level["slo"]["good"] == 1 and level["goodput_tok_s"] == pytest.approx(5 / 2.0)
@@ -335,13 +446,15 @@ def test_goodput_counts_only_requests_meeting_every_threshold():
 
 
 def _fake_level(rate, capacity):
-    return {"request_rate": bench.rate_json(rate), "slo_met": rate <= capacity}
+    return {"request_rate": bench_common.rate_json(rate), "slo_met": rate <= capacity}
 
 
 @pytest.mark.parametrize("capacity", [0.3, 3.7, 11.0, 100.0])
 def test_slo_search_bisects_to_the_highest_rate_meeting_the_slo_within_its_steps(capacity):
     cfg = {
-        "slo": bench.make_slo({"ttft_p99_ms": 1, "search": True, "search_steps": 8, "search_max_rate": 64})
+        "slo": bench_slo.make_slo(
+            {"ttft_p99_ms": 1, "search": True, "search_steps": 8, "search_max_rate": 64}
+        )
     }
     ladder = [_fake_level(r, capacity) for r in (1.0, 2.0, 4.0, 8.0, math.inf)]
     tried = []
@@ -350,7 +463,7 @@ def test_slo_search_bisects_to_the_highest_rate_meeting_the_slo_within_its_steps
         tried.append(rate)
         return _fake_level(rate, capacity)
 
-    out = bench.slo_search(cfg, ladder, run)
+    out = bench_slo.slo_search(cfg, ladder, run)
     assert len(tried) <= 8
     best = out["slo_max_rate"]
     if capacity >= 64:
@@ -364,8 +477,8 @@ def test_slo_search_bisects_to_the_highest_rate_meeting_the_slo_within_its_steps
 
 
 def test_slo_search_stops_when_inf_met():
-    cfg = {"slo": bench.make_slo({"e2e_p99_ms": 1, "search": True})}
-    out = bench.slo_search(cfg, [_fake_level(math.inf, math.inf)], lambda r, s: pytest.fail("no step"))
+    cfg = {"slo": bench_slo.make_slo({"e2e_p99_ms": 1, "search": True})}
+    out = bench_slo.slo_search(cfg, [_fake_level(math.inf, math.inf)], lambda r, s: pytest.fail("no step"))
     assert out["slo_max_rate"] == "inf" and out["steps"] == []
 
 
@@ -395,14 +508,14 @@ def test_slo_search_runs_through_the_benchmark_and_is_recorded():
 
 
 def test_prometheus_parsing_of_sglangs_format():
-    parsed = bench.parse_prometheus(SGLANG_METRICS)
+    parsed = bench_telemetry.parse_prometheus(SGLANG_METRICS)
     assert parsed["sglang:num_running_reqs"][1] == (
         {"model_name": "meta-llama/Llama-3.1-8B-Instruct", "tp_rank": "0", "dp_rank": "1"},
         5.0,
     )
     assert parsed["sglang:prompt_tokens_total"][0][1] == 8.128902e06
     assert parsed["sglang:time_to_first_token_seconds_bucket"][1][0]["le"] == "+Inf"
-    sample = bench.server_sample(parsed)
+    sample = bench_telemetry.server_sample(parsed)
     assert sample == {
         "num_running_reqs": 8.0,
         "num_queue_reqs": 1.0,
@@ -410,7 +523,12 @@ def test_prometheus_parsing_of_sglangs_format():
         "cache_hit_rate": 0.5,
         "gen_throughput": 1600.0,
     }
-    assert bench.server_sample(bench.parse_prometheus('x{a="q\\"uo,te}"} 1\n'))["num_running_reqs"] is None
+    assert (
+        bench_telemetry.server_sample(bench_telemetry.parse_prometheus('x{a="q\\"uo,te}"} 1\n'))[
+            "num_running_reqs"
+        ]
+        is None
+    )
 
 
 def _fake_nvidia_smi(tmp_path, lines):
@@ -482,8 +600,8 @@ def test_a_between_levels_check_stops_the_ladder_and_the_search(monkeypatch):
     assert [lv["request_rate"] for lv in out["levels"]] == [None, 20.0]
     assert "slo_search" not in out["summary"]
     calls = []
-    search = bench.slo_search(
-        {"slo": bench.make_slo({"ttft_p99_ms": 1, "search": True})},
+    search = bench_slo.slo_search(
+        {"slo": bench_slo.make_slo({"ttft_p99_ms": 1, "search": True})},
         [],
         lambda r, s: calls.append(r) or {"request_rate": r, "slo_met": True},
         keep_going=lambda lv: False,

@@ -1,0 +1,61 @@
+"""Print the arrival delays the pinned vLLM's own `vllm bench serve` computes. Run by the vLLM venv's python.
+
+    .venv/vllm/bin/python tests/conformance/oracle_vllm_schedule.py CASES.json
+
+CASES.json: [[`vllm bench serve` flags ...], ...] (give --model, --tokenizer and --ready-check-timeout-sec 0:
+nothing is contacted). For each case vLLM's real argument parser and main_async run (random.seed /
+np.random.seed(--seed), the tokenizer, the dataset sampling); its benchmark() is replaced by a stand-in
+that only iterates vLLM's own get_request(input_requests, request_rate, burstiness), with time.time
+returning 0.0 and asyncio.sleep recording each sleep: request i then sleeps exactly delay_ts[i] (its
+precomputed, rescaled cumulative delay). The last stdout line is JSON, one entry per case:
+[{"delays": [s, ...], "num_requests": n, "numpy": version}, ...].
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+
+
+def main() -> int:
+    import numpy as np
+    from vllm.benchmarks import serve
+
+    with open(sys.argv[1]) as fh:
+        cases = json.load(fh)
+    results = []
+
+    async def stand_in(**kw):
+        delays = []
+
+        async def record(delay, *args, **kwargs):
+            delays.append(float(delay))
+
+        real_sleep, real_time = serve.asyncio.sleep, serve.time.time
+        serve.asyncio.sleep, serve.time.time = record, lambda: 0.0
+        n = 0
+        try:
+            async for _ in serve.get_request(kw["input_requests"], kw["request_rate"], kw["burstiness"]):
+                if len(delays) < n + 1:
+                    delays.append(0.0)  # no sleep: its delay was 0
+                n += 1
+        finally:
+            serve.asyncio.sleep, serve.time.time = real_sleep, real_time
+        results.append({"delays": delays, "num_requests": n, "numpy": np.__version__})
+        raise SystemExit(0)
+
+    serve.benchmark = stand_in
+    for argv in cases:
+        parser = argparse.ArgumentParser()
+        serve.add_cli_args(parser)
+        args = parser.parse_args(argv)
+        with contextlib.suppress(SystemExit):  # the stand-in ends the run once it has the delays
+            serve.main(args)
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

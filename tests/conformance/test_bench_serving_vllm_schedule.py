@@ -1,0 +1,81 @@
+"""arrival_rng vllm: our request-rate schedule is the one the pinned vLLM's `vllm bench serve` computes.
+
+The judge is vLLM's own code in .venv/vllm (ci/vllm.sh, `make vllm`): oracle_vllm_schedule.py runs its
+argument parser and main_async (seeding, tokenizer, random dataset) up to its own get_request, with the
+clock stopped at 0 so that each recorded sleep is vLLM's delay_ts[i] itself. Our side is
+module_utils/sglang_layouts/bench_schedule.py, standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from conftest import HERE, REPO, run_oracle
+from sglang_layouts import bench_schedule
+
+VLLM_PY = REPO / ".venv" / "vllm" / "bin" / "python"
+
+# (seed, request rate, burstiness, num_prompts)
+CASES = [
+    (1, 8.0, 1.0, 80),
+    (0, 2.5, 1.0, 33),
+    (12345, 100.0, 0.5, 200),
+    (7, 8.0, 3.0, 40),
+    (4294967295, 0.7, 1.0, 12),
+]
+
+
+@pytest.fixture(scope="module")
+def vllm_delays(oracle_tokenizer, tmp_path_factory):
+    if not (VLLM_PY.is_file() and os.access(VLLM_PY, os.X_OK)):
+        pytest.fail(f"{VLLM_PY} is missing: build it with `make vllm` (ci/vllm.sh .venv/vllm)", pytrace=False)
+    work = tmp_path_factory.mktemp("vllm-schedule")
+    cases = [
+        [
+            "--backend",
+            "vllm",
+            "--base-url",
+            "http://127.0.0.1:9",
+            "--model",
+            "m",
+            "--tokenizer",
+            str(oracle_tokenizer),
+            "--ready-check-timeout-sec",
+            "0",
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            "16",
+            "--random-output-len",
+            "16",
+            "--num-prompts",
+            str(n),
+            "--request-rate",
+            str(rate),
+            "--burstiness",
+            str(b),
+            "--seed",
+            str(seed),
+        ]
+        for seed, rate, b, n in CASES
+    ]
+    (work / "cases.json").write_text(json.dumps(cases))
+    proc = run_oracle(VLLM_PY, [HERE / "oracle_vllm_schedule.py", work / "cases.json"], cwd=work, timeout=600)
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(rows) == len(CASES)
+    return rows
+
+
+@pytest.mark.parametrize(
+    "index", range(len(CASES)), ids=[f"seed{c[0]}-rate{c[1]:g}-b{c[2]:g}" for c in CASES]
+)
+def test_schedule_equals_vllms_to_the_float(vllm_delays, index):
+    seed, rate, burstiness, n = CASES[index]
+    theirs = vllm_delays[index]
+    assert theirs["num_requests"] == n
+    assert bench_schedule.vllm_delays(rate, burstiness, seed, n) == theirs["delays"]  # exact
+    assert theirs["delays"][-1] == pytest.approx(n / rate, rel=1e-12)  # vLLM's rescaling
+    offsets = bench_schedule.vllm_offsets(rate, burstiness, seed, n)
+    assert offsets == [d - theirs["delays"][0] for d in theirs["delays"]]
