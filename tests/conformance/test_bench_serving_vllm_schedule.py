@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
-from conftest import HERE, REPO, run_oracle
+from conftest import HERE, REPO, oracle_env, run_oracle
 from sglang_layouts import bench_schedule
 
 VLLM_PY = REPO / ".venv" / "vllm" / "bin" / "python"
@@ -28,9 +30,28 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def vllm_delays(oracle_tokenizer, tmp_path_factory):
-    if not (VLLM_PY.is_file() and os.access(VLLM_PY, os.X_OK)):
-        pytest.fail(f"{VLLM_PY} is missing: build it with `make vllm` (ci/vllm.sh .venv/vllm)", pytrace=False)
+def vllm_python() -> Path:
+    """.venv/vllm/bin/python, built (or found up to date, ~7 s) by ci/vllm.sh as test_vllm_engine.py does."""
+    proc = subprocess.run(
+        [str(REPO / "ci" / "vllm.sh"), str(VLLM_PY.parents[1])],
+        cwd=REPO,
+        env=oracle_env(),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    if proc.returncode != 0 or not os.access(VLLM_PY, os.X_OK):
+        pytest.fail(
+            f"ci/vllm.sh .venv/vllm exited {proc.returncode} ({VLLM_PY} needed; see docs/vllm.md):\n"
+            f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}",
+            pytrace=False,
+        )
+    return VLLM_PY
+
+
+@pytest.fixture(scope="module")
+def vllm_delays(vllm_python, oracle_tokenizer, tmp_path_factory):
     work = tmp_path_factory.mktemp("vllm-schedule")
     cases = [
         [
@@ -62,7 +83,9 @@ def vllm_delays(oracle_tokenizer, tmp_path_factory):
         for seed, rate, b, n in CASES
     ]
     (work / "cases.json").write_text(json.dumps(cases))
-    proc = run_oracle(VLLM_PY, [HERE / "oracle_vllm_schedule.py", work / "cases.json"], cwd=work, timeout=600)
+    proc = run_oracle(
+        vllm_python, [HERE / "oracle_vllm_schedule.py", work / "cases.json"], cwd=work, timeout=600
+    )
     rows = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(rows) == len(CASES)
     return rows
