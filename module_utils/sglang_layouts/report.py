@@ -18,6 +18,7 @@ import os
 import sys
 
 from . import results as _results
+from .fileio import write_atomic
 
 # Columns shown in REPORT.md only when some row has a value (old records and runs without an SLO or a cost).
 OPTIONAL_COLUMNS = ("slo_max_rate", "slo_goodput_tok_s", "cost_peak", "cost_slo")
@@ -520,15 +521,6 @@ def pareto_front(points):
     return sorted(front)
 
 
-def _write(path, text):
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def build_report(results_dir, run_id=None, plots=True):
     """Write REPORT.md, summary.csv, summary.json (and the PNGs) into results/<run id>/; returns a summary."""
     run_id = _results.resolve_run_id(results_dir, run_id)
@@ -547,8 +539,8 @@ def build_report(results_dir, run_id=None, plots=True):
     markdown = to_markdown(run_id, table, win, pngs)
     if skipped:
         markdown = markdown.rstrip("\n") + f"\n\n{skipped}\n"
-    _write(os.path.join(outdir, "REPORT.md"), markdown)
-    _write(os.path.join(outdir, "summary.csv"), to_csv(table))
+    write_atomic(os.path.join(outdir, "REPORT.md"), markdown)
+    write_atomic(os.path.join(outdir, "summary.csv"), to_csv(table))
     doc = {
         "schema": "sglang-layouts/summary/v1",
         "run_id": run_id,
@@ -559,7 +551,7 @@ def build_report(results_dir, run_id=None, plots=True):
         "rows": table,
         "formulas": _results.FORMULAS,
     }
-    _write(os.path.join(outdir, "summary.json"), json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    write_atomic(os.path.join(outdir, "summary.json"), json.dumps(doc, indent=2, sort_keys=True) + "\n")
     return {
         "run_id": run_id,
         "dir": outdir,
