@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from bench_fake_server import FakeServer
+
+from tests.helpers.bench_server import FakeServer
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE = Path(sys.executable).with_name("ansible")

@@ -6,99 +6,19 @@ process exits must give their class within 2 s; secrets are masked in server_arg
 
 import json
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from sglang_layouts import health
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class FakeSGLang:
-    """/health 503 until `ready`, then 200; /generate, /server_info, /model_info like SGLang's."""
-
-    def __init__(self, port, api_key=None):
-        self.ready = False
-        self.api_key = api_key
-        outer = self
-
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _send(self, code, obj):
-                body = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def _auth(self):
-                if outer.api_key and self.headers.get("Authorization") != f"Bearer {outer.api_key}":
-                    self._send(401, {"error": "unauthorized"})
-                    return False
-                return True
-
-            def do_GET(self):
-                if self.path == "/health":
-                    self._send(200 if outer.ready else 503, {})
-                elif not self._auth():
-                    return
-                elif self.path == "/server_info":
-                    self._send(
-                        200,
-                        {
-                            "tp_size": 8,
-                            "api_key": outer.api_key,
-                            "max_total_num_tokens": 172906,
-                            "internal_states": [
-                                {"memory_usage": {"weight": 71.8, "kvcache": 11.3, "graph": 1.2}}
-                            ],
-                        },
-                    )
-                elif self.path == "/model_info":
-                    self._send(
-                        200,
-                        {
-                            "model_path": "/models/Kimi-K2.6",
-                            "architectures": ["KimiK25ForConditionalGeneration"],
-                        },
-                    )
-                else:
-                    self._send(404, {})
-
-            def do_POST(self):
-                if not self._auth():
-                    return
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self._send(200, {"text": "x", "meta_info": {"completion_tokens": 1}})
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), H)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-class Alive:
-    def __init__(self):
-        self.alive = True
-        self.code = None
-
-    def __call__(self):
-        if self.alive:
-            return health.ProcState(alive=True, started_at=time.time() - 1)
-        return health.ProcState(
-            alive=False, exit_status=f"exited with status {self.code}", exit_code=self.code
-        )
+from tests.helpers.engine_fakes import (
+    Alive,
+    FakeSGLang,
+    append_later,
+    bring_up_later,
+    wait_on_closed_port,
+)
+from tests.helpers.net import free_port
 
 
 @pytest.fixture
@@ -108,32 +28,12 @@ def log(tmp_path):
     return p
 
 
-def append_later(path, lines, delay):
-    def run():
-        time.sleep(delay)
-        with open(path, "a") as f:
-            for line in lines:
-                f.write(line + "\n")
-                f.flush()
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
-
-
 def test_loading_warming_ready_then_facts(log):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     state = Alive()
-    server = {}
-
-    def bring_up():
-        time.sleep(0.5)  # loading: port closed
-        server["s"] = FakeSGLang(port, api_key="k3y-canary")
-        time.sleep(0.5)  # warming: 503
-        server["s"].ready = True
-
-    threading.Thread(target=bring_up, daemon=True).start()
+    # loading: port closed for 0.5 s; warming: 503 for 0.5 s; then ready
+    server = bring_up_later(FakeSGLang, port, 0.5, ready_after=0.5, api_key="k3y-canary")
     append_later(
         log, ["[TP0] Load weight begin. avail mem=94.47 GB", "The server is fired up and ready to roll!"], 0.3
     )
@@ -179,9 +79,8 @@ def test_fatal_line_gives_the_verdict_within_2s_while_the_process_lives(log, lin
     append_later(log, lines, 0.3)
     t0 = time.monotonic()
     with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
+        wait_on_closed_port(
+            log,
             state,
             timeout=30,
         )
@@ -198,9 +97,8 @@ def test_generic_line_alone_fails_only_after_grace_while_the_process_lives(log):
     append_later(log, ["Received sigquit from a child process. It usually means the child failed."], 0.2)
     t0 = time.monotonic()
     with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
+        wait_on_closed_port(
+            log,
             state,
             timeout=30,
             grace=0.5,
@@ -211,19 +109,12 @@ def test_generic_line_alone_fails_only_after_grace_while_the_process_lives(log):
 
 def test_process_exit_without_a_fatal_line(log):
     state = Alive()
-
-    def die():
-        time.sleep(0.3)
-        state.code = 1
-        state.alive = False
-
-    threading.Thread(target=die, daemon=True).start()
+    state.die_later(0.3, 1)
     append_later(log, ["[TP0] Load weight begin. avail mem=94.47 GB"], 0.1)
     t0 = time.monotonic()
     with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
+        wait_on_closed_port(
+            log,
             state,
             timeout=30,
         )
@@ -235,9 +126,8 @@ def test_process_exit_without_a_fatal_line(log):
 
 def test_ready_timeout(log):
     with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
+        wait_on_closed_port(
+            log,
             Alive(),
             timeout=0.6,
         )
@@ -298,14 +188,7 @@ def test_check_alive_for_node_ranks_above_zero(log):
 
 def test_a_traceback_of_a_live_server_that_becomes_ready_is_not_fatal(log):
     port = free_port()
-    server = {}
-
-    def bring_up():
-        time.sleep(0.6)
-        server["s"] = FakeSGLang(port)
-        server["s"].ready = True
-
-    threading.Thread(target=bring_up, daemon=True).start()
+    server = bring_up_later(FakeSGLang, port, 0.6, ready_after=0)
     append_later(log, ["Traceback (most recent call last):", "NameError: name '_now' is not defined"], 0.1)
     try:
         facts = health.wait_ready(
@@ -318,21 +201,14 @@ def test_a_traceback_of_a_live_server_that_becomes_ready_is_not_fatal(log):
 
 def test_a_generic_line_then_the_exit_decides_at_once(log):
     state = Alive()
-
-    def die():
-        time.sleep(0.4)
-        state.code = None
-        state.alive = False
-
     append_later(
         log, [PREFIX_EXC := "[TP0] Scheduler hit an exception: Traceback (most recent call last):"], 0.2
     )
-    threading.Thread(target=die, daemon=True).start()
+    state.die_later(0.4, None)
     t0 = time.monotonic()
     with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
+        wait_on_closed_port(
+            log,
             state,
             timeout=30,
         )

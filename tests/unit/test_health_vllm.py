@@ -3,109 +3,18 @@
 an empty body, /v1/models, a one-token /v1/completions, /version, no /server_info. The KV
 capacity comes from the start-up line in the engine's log; exits, status 0 included, fail."""
 
-import json
-import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from sglang_layouts import health
+
+from tests.helpers.engine_fakes import Alive, FakeVLLM, append_later, bring_up_later, wait_on_closed_port
+from tests.helpers.net import free_port
 
 KV_LINE = (
     "(EngineCore pid=22227) INFO 11-29 15:40:07 [kv_cache_utils.py:2327] CPU KV cache size: 2,097,152 tokens, "
     "Maximum concurrency for 2,048 tokens per request: 1024.00x"
 )
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class FakeVLLM:
-    def __init__(self, port, served="tiny-qwen2"):
-        self.requests = []
-        outer = self
-
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _send(self, code, obj=None):
-                body = b"" if obj is None else json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self):
-                outer.requests.append(("GET", self.path, None))
-                if self.path == "/health":
-                    self._send(200)
-                elif self.path == "/v1/models":
-                    self._send(
-                        200,
-                        {
-                            "object": "list",
-                            "data": [
-                                {
-                                    "id": served,
-                                    "object": "model",
-                                    "owned_by": "vllm",
-                                    "root": "/abs/build/models/tiny-qwen2",
-                                    "parent": None,
-                                    "max_model_len": 2048,
-                                }
-                            ],
-                        },
-                    )
-                elif self.path == "/version":
-                    self._send(200, {"version": "0.32.0"})
-                else:
-                    self._send(404, {"detail": "Not Found"})
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                outer.requests.append(("POST", self.path, body))
-                if self.path == "/v1/completions" and body.get("model") == served:
-                    self._send(
-                        200,
-                        {
-                            "object": "text_completion",
-                            "model": served,
-                            "choices": [{"index": 0, "text": "!", "finish_reason": "length"}],
-                            "usage": {"prompt_tokens": 3, "total_tokens": 4, "completion_tokens": 1},
-                        },
-                    )
-                elif self.path == "/v1/completions":
-                    self._send(
-                        404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}}
-                    )
-                else:
-                    self._send(404, {"detail": "Not Found"})
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), H)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-class Alive:
-    def __init__(self):
-        self.alive = True
-        self.code = None
-
-    def __call__(self):
-        if self.alive:
-            return health.ProcState(alive=True, started_at=time.time() - 1)
-        return health.ProcState(
-            alive=False, exit_status=f"exited with status {self.code}", exit_code=self.code
-        )
 
 
 @pytest.fixture
@@ -118,17 +27,6 @@ def log(tmp_path):
     return p
 
 
-def append_later(path, lines, delay):
-    def run():
-        time.sleep(delay)
-        with open(path, "a") as f:
-            for line in lines:
-                f.write(line + "\n")
-                f.flush()
-
-    threading.Thread(target=run, daemon=True).start()
-
-
 def test_engine_from_the_unit_name():
     assert health.engine_of(None, "vllm-tiny-qwen2-cpu-tp1.service") == "vllm"
     assert health.engine_of("", "sglang-kimi-k2-6-ep8.service") == "sglang"
@@ -139,13 +37,7 @@ def test_engine_from_the_unit_name():
 
 def test_closed_port_then_ready_one_token_completion_and_facts(log):
     port = free_port()
-    server = {}
-
-    def bring_up():
-        time.sleep(0.8)  # vLLM: connection refused the whole start, never 503
-        server["s"] = FakeVLLM(port)
-
-    threading.Thread(target=bring_up, daemon=True).start()
+    server = bring_up_later(FakeVLLM, port, 0.8)  # vLLM: connection refused the whole start, never 503
     append_later(
         log,
         [
@@ -228,9 +120,8 @@ def test_a_vllm_fatal_line_decides_while_the_process_lives(log, lines, cls):
     append_later(log, lines, 0.2)
     t0 = time.monotonic()
     with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
+        wait_on_closed_port(
+            log,
             Alive(),
             timeout=30,
             engine="vllm",
@@ -243,16 +134,10 @@ def test_a_vllm_fatal_line_decides_while_the_process_lives(log, lines, cls):
 def test_exit_status_zero_is_a_failure(log):
     """vLLM's API server exits 0 after its engine core died: the gate did not ask for that exit."""
     state = Alive()
-
-    def die():
-        time.sleep(0.3)
-        state.code, state.alive = 0, False
-
-    threading.Thread(target=die, daemon=True).start()
+    state.die_later(0.3, 0)
     with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
+        wait_on_closed_port(
+            log,
             state,
             timeout=30,
             engine="vllm",
@@ -265,16 +150,10 @@ def test_exit_status_zero_is_a_failure(log):
 def test_argparse_exit_2_is_bad_args(log):
     state = Alive()
     append_later(log, ["usage: vllm serve [model_tag] [options]"], 0.1)
-
-    def die():
-        time.sleep(0.3)
-        state.code, state.alive = 2, False
-
-    threading.Thread(target=die, daemon=True).start()
+    state.die_later(0.3, 2)
     with pytest.raises(health.HealthFailure) as ei:
-        health.wait_ready(
-            f"http://127.0.0.1:{free_port()}",
-            health.FileFollower(str(log), log.stat().st_size),
+        wait_on_closed_port(
+            log,
             state,
             timeout=30,
             engine="vllm",
