@@ -14,7 +14,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import REPO, failed_messages
+
+from tests.helpers.playbook import REPO, ansible_env, failed_messages, playbook_command
 
 # Small but real: three layouts (one fits, one oom, one invalid), two concurrency levels.
 LAYOUTS = [
@@ -288,21 +289,9 @@ def test_ctrl_c_in_the_middle_of_a_layout_then_the_same_run_id_resumes(run_playb
         "sglang_results_dir": str(results),
         "sglang_run_dir": str(run_dir),
     }
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".venv" / "collections"),
-        "ANSIBLE_CACHE_PLUGIN": "memory",
-        "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}",
-    }
-    cmd = [
-        str(REPO / ".venv" / "bin" / "ansible-playbook"),
-        "-i",
-        str(REPO / "inventory" / "demo"),
-        str(REPO / "playbooks" / "sweep.yml"),
-        "-e",
-        json.dumps(extra),
-    ]
+    # ansible-playbook itself, not ansible-runner: the test signals its process group as a terminal does
+    env = {**os.environ, **ansible_env(), "ANSIBLE_CACHE_PLUGIN": "memory"}
+    cmd = playbook_command("sweep.yml", extravars=extra)
     p = subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, failed_messages
+
+from tests.helpers.playbook import REPO, failed_messages
 
 pytestmark = pytest.mark.timeout(1500)
 
