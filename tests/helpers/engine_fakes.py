@@ -179,9 +179,11 @@ def bring_up_later(server_cls, port, delay, ready_after=None, **kw):
     return box
 
 
+def wait_from_end(url, log, state, **kw):
+    """The real gate at `url` over the log from its current end (an earlier start's lines are not read)."""
+    return health.wait_ready(url, health.FileFollower(str(log), log.stat().st_size), state, **kw)
+
+
 def wait_on_closed_port(log, state, **kw):
-    """The real gate over the log from its current end, with nothing listening on the API port:
-    only the log and the process state can end the wait."""
-    return health.wait_ready(
-        f"http://127.0.0.1:{free_port()}", health.FileFollower(str(log), log.stat().st_size), state, **kw
-    )
+    """The gate with nothing listening on the API port: only the log and the process can end the wait."""
+    return wait_from_end(f"http://127.0.0.1:{free_port()}", log, state, **kw)

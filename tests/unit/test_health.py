@@ -16,6 +16,7 @@ from tests.helpers.engine_fakes import (
     FakeSGLang,
     append_later,
     bring_up_later,
+    wait_from_end,
     wait_on_closed_port,
 )
 from tests.helpers.net import free_port
@@ -38,9 +39,7 @@ def test_loading_warming_ready_then_facts(log):
         log, ["[TP0] Load weight begin. avail mem=94.47 GB", "The server is fired up and ready to roll!"], 0.3
     )
     try:
-        facts = health.wait_ready(
-            url, health.FileFollower(str(log), log.stat().st_size), state, timeout=20, api_key="k3y-canary"
-        )
+        facts = wait_from_end(url, log, state, timeout=20, api_key="k3y-canary")
     finally:
         server["s"].close()
     assert facts["max_total_num_tokens"] == 172906
@@ -79,11 +78,7 @@ def test_fatal_line_gives_the_verdict_within_2s_while_the_process_lives(log, lin
     append_later(log, lines, 0.3)
     t0 = time.monotonic()
     with pytest.raises(health.HealthFailure) as ei:
-        wait_on_closed_port(
-            log,
-            state,
-            timeout=30,
-        )
+        wait_on_closed_port(log, state, timeout=30)
     latency = time.monotonic() - t0 - 0.3
     assert ei.value.failure_class == cls
     assert ei.value.evidence["line"] == lines[-1]
@@ -97,40 +92,14 @@ def test_generic_line_alone_fails_only_after_grace_while_the_process_lives(log):
     append_later(log, ["Received sigquit from a child process. It usually means the child failed."], 0.2)
     t0 = time.monotonic()
     with pytest.raises(health.HealthFailure) as ei:
-        wait_on_closed_port(
-            log,
-            state,
-            timeout=30,
-            grace=0.5,
-        )
+        wait_on_closed_port(log, state, timeout=30, grace=0.5)
     assert ei.value.failure_class == "crashed"
     assert 0.5 <= time.monotonic() - t0 < 2.0
 
 
-def test_process_exit_without_a_fatal_line(log):
-    state = Alive()
-    state.die_later(0.3, 1)
-    append_later(log, ["[TP0] Load weight begin. avail mem=94.47 GB"], 0.1)
-    t0 = time.monotonic()
-    with pytest.raises(health.HealthFailure) as ei:
-        wait_on_closed_port(
-            log,
-            state,
-            timeout=30,
-        )
-    assert ei.value.failure_class == "crashed"
-    assert ei.value.evidence["exit_status"] == "exited with status 1"
-    assert ei.value.evidence["line"] is None
-    assert time.monotonic() - t0 < 2.5
-
-
 def test_ready_timeout(log):
     with pytest.raises(health.HealthFailure) as ei:
-        wait_on_closed_port(
-            log,
-            Alive(),
-            timeout=0.6,
-        )
+        wait_on_closed_port(log, Alive(), timeout=0.6)
     assert ei.value.failure_class == "ready_timeout"
 
 
@@ -191,27 +160,33 @@ def test_a_traceback_of_a_live_server_that_becomes_ready_is_not_fatal(log):
     server = bring_up_later(FakeSGLang, port, 0.6, ready_after=0)
     append_later(log, ["Traceback (most recent call last):", "NameError: name '_now' is not defined"], 0.1)
     try:
-        facts = health.wait_ready(
-            f"http://127.0.0.1:{port}", health.FileFollower(str(log), log.stat().st_size), Alive(), timeout=20
-        )
+        facts = wait_from_end(f"http://127.0.0.1:{port}", log, Alive(), timeout=20)
     finally:
         server["s"].close()
     assert facts["max_total_num_tokens"] == 172906
 
 
-def test_a_generic_line_then_the_exit_decides_at_once(log):
+SCHED_EXC = "[TP0] Scheduler hit an exception: Traceback (most recent call last):"
+
+
+@pytest.mark.parametrize(
+    ("line", "line_at", "code", "exit_at", "fatal_line"),
+    [
+        # no fatal line at all: the exit alone is the verdict, with its status
+        pytest.param("[TP0] Load weight begin. avail mem=94.47 GB", 0.1, 1, 0.3, None, id="exit-alone"),
+        # a generic line waits out its grace, unless the process exits first: then at once
+        pytest.param(SCHED_EXC, 0.2, None, 0.4, SCHED_EXC, id="generic-line-then-exit"),
+    ],
+)
+def test_a_process_exit_decides_at_once(log, line, line_at, code, exit_at, fatal_line):
     state = Alive()
-    append_later(
-        log, [PREFIX_EXC := "[TP0] Scheduler hit an exception: Traceback (most recent call last):"], 0.2
-    )
-    state.die_later(0.4, None)
+    append_later(log, [line], line_at)
+    state.die_later(exit_at, code)
     t0 = time.monotonic()
     with pytest.raises(health.HealthFailure) as ei:
-        wait_on_closed_port(
-            log,
-            state,
-            timeout=30,
-        )
+        wait_on_closed_port(log, state, timeout=30)
     assert ei.value.failure_class == "crashed"
-    assert ei.value.evidence["line"] == PREFIX_EXC
+    if code is not None:
+        assert ei.value.evidence["exit_status"] == f"exited with status {code}"
+    assert ei.value.evidence["line"] == fatal_line
     assert time.monotonic() - t0 < 2.5

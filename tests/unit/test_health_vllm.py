@@ -8,7 +8,14 @@ import time
 import pytest
 from sglang_layouts import health
 
-from tests.helpers.engine_fakes import Alive, FakeVLLM, append_later, bring_up_later, wait_on_closed_port
+from tests.helpers.engine_fakes import (
+    Alive,
+    FakeVLLM,
+    append_later,
+    bring_up_later,
+    wait_from_end,
+    wait_on_closed_port,
+)
 from tests.helpers.net import free_port
 
 KV_LINE = (
@@ -49,13 +56,7 @@ def test_closed_port_then_ready_one_token_completion_and_facts(log):
         0.3,
     )
     try:
-        facts = health.wait_ready(
-            f"http://127.0.0.1:{port}",
-            health.FileFollower(str(log), log.stat().st_size),
-            Alive(),
-            timeout=20,
-            engine="vllm",
-        )
+        facts = wait_from_end(f"http://127.0.0.1:{port}", log, Alive(), timeout=20, engine="vllm")
         posts = [r for r in server["s"].requests if r[0] == "POST"]
     finally:
         server["s"].close()
@@ -83,13 +84,7 @@ def test_already_up_reads_the_kv_line_from_the_whole_log(log):
         f.write(KV_LINE + "\n")
     s = FakeVLLM(port)
     try:
-        facts = health.wait_ready(
-            f"http://127.0.0.1:{port}",
-            health.FileFollower(str(log), log.stat().st_size),
-            Alive(),
-            timeout=20,
-            engine="vllm",
-        )
+        facts = wait_from_end(f"http://127.0.0.1:{port}", log, Alive(), timeout=20, engine="vllm")
     finally:
         s.close()
     assert facts["already_ready"] and facts["max_total_num_tokens"] == 2097152
@@ -120,12 +115,7 @@ def test_a_vllm_fatal_line_decides_while_the_process_lives(log, lines, cls):
     append_later(log, lines, 0.2)
     t0 = time.monotonic()
     with pytest.raises(health.HealthFailure) as ei:
-        wait_on_closed_port(
-            log,
-            Alive(),
-            timeout=30,
-            engine="vllm",
-        )
+        wait_on_closed_port(log, Alive(), timeout=30, engine="vllm")
     assert ei.value.failure_class == cls
     assert ei.value.evidence["line"] == lines[-1]
     assert time.monotonic() - t0 < 2.5
@@ -136,12 +126,7 @@ def test_exit_status_zero_is_a_failure(log):
     state = Alive()
     state.die_later(0.3, 0)
     with pytest.raises(health.HealthFailure) as ei:
-        wait_on_closed_port(
-            log,
-            state,
-            timeout=30,
-            engine="vllm",
-        )
+        wait_on_closed_port(log, state, timeout=30, engine="vllm")
     assert ei.value.failure_class == "crashed"
     assert "status 0" in ei.value.hint
     assert ei.value.evidence["exit_status"] == "exited with status 0"
@@ -152,12 +137,7 @@ def test_argparse_exit_2_is_bad_args(log):
     append_later(log, ["usage: vllm serve [model_tag] [options]"], 0.1)
     state.die_later(0.3, 2)
     with pytest.raises(health.HealthFailure) as ei:
-        wait_on_closed_port(
-            log,
-            state,
-            timeout=30,
-            engine="vllm",
-        )
+        wait_on_closed_port(log, state, timeout=30, engine="vllm")
     assert ei.value.failure_class == "bad_args"
 
 
