@@ -357,6 +357,22 @@ def matplotlib_available():
     return True
 
 
+def _save(plt, fig, path, xlabel, ylabel, title, legend=True, grid_axis="both"):
+    """Label the figure's one axes, write it as a PNG at `path`, close it; returns the file name."""
+    (ax,) = fig.axes
+    if xlabel is not None:
+        ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, axis=grid_axis, alpha=0.3)
+    if legend:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return os.path.basename(path)
+
+
 def plot(records, outdir, run_id):
     """Two PNGs: output tok/s vs concurrency per layout, and the Pareto view. Returns their file names."""
     import matplotlib
@@ -377,16 +393,9 @@ def plot(records, outdir, run_id):
         label = _record_label(rec, multi_host, multi_engine)
         ax.plot([x["concurrency"] for x in lv], [x["output_tok_s"] for x in lv], marker="o", label=label)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("concurrency (streams)")
-    ax.set_ylabel("aggregate output tok/s")
-    ax.set_title(f"Output throughput vs concurrency, run {run_id}{tag}")
-    ax.grid(True, alpha=0.3)
-    if measured:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(outdir, "throughput.png"), dpi=110)
-    plt.close(fig)
-    names.append("throughput.png")
+    xy = ("concurrency (streams)", "aggregate output tok/s")
+    title = f"Output throughput vs concurrency, run {run_id}{tag}"
+    names.append(_save(plt, fig, os.path.join(outdir, "throughput.png"), *xy, title, legend=bool(measured)))
 
     fig, ax = plt.subplots(figsize=(8, 5))
     points = []
@@ -408,16 +417,9 @@ def plot(records, outdir, run_id):
         ax.plot(
             [p[0] for p in frontier], [p[1] for p in frontier], "k--", lw=1, alpha=0.5, label="Pareto front"
         )
-    ax.set_xlabel("tok/s per user (mean per-request decode speed)")
-    ax.set_ylabel("tok/s per GPU (aggregate output / GPUs used)")
-    ax.set_title(f"Per-user speed vs per-GPU throughput, run {run_id}{tag}")
-    ax.grid(True, alpha=0.3)
-    if measured:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(outdir, "pareto.png"), dpi=110)
-    plt.close(fig)
-    names.append("pareto.png")
+    xy = ("tok/s per user (mean per-request decode speed)", "tok/s per GPU (aggregate output / GPUs used)")
+    title = f"Per-user speed vs per-GPU throughput, run {run_id}{tag}"
+    names.append(_save(plt, fig, os.path.join(outdir, "pareto.png"), *xy, title, legend=bool(measured)))
     names += plot_rates(plt, measured, outdir, run_id, multi_host, multi_engine, tag)
     names += plot_goodput(plt, measured, outdir, run_id, multi_host, multi_engine, tag)
     return names
@@ -479,15 +481,10 @@ def plot_rates(plt, measured, outdir, run_id, multi_host, multi_engine, tag):
             )
             if limit is not None:
                 ax.axhline(limit, color="red", ls="--", lw=1, label=f"SLO {limit:g} ms")
-        ax.set_xlabel("request rate (req/s, open loop; inf left out)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(f"{title}, run {run_id}{tag}")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(outdir, fname), dpi=110)
-        plt.close(fig)
-        names.append(fname)
+        xlabel = "request rate (req/s, open loop; inf left out)"
+        names.append(
+            _save(plt, fig, os.path.join(outdir, fname), xlabel, ylabel, f"{title}, run {run_id}{tag}")
+        )
     return names
 
 
@@ -502,14 +499,10 @@ def plot_goodput(plt, measured, outdir, run_id, multi_host, multi_engine, tag):
         return []
     fig, ax = plt.subplots(figsize=(8, 5))
     ax.bar([b[0] for b in bars], [b[1] for b in bars], color="tab:green")
-    ax.set_ylabel("goodput under the SLO (output tok/s)")
-    ax.set_title(f"Goodput under the SLO per layout, run {run_id}{tag}")
-    ax.grid(True, axis="y", alpha=0.3)
     plt.setp(ax.get_xticklabels(), rotation=20, ha="right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(outdir, "goodput.png"), dpi=110)
-    plt.close(fig)
-    return ["goodput.png"]
+    title = f"Goodput under the SLO per layout, run {run_id}{tag}"
+    ylabel = "goodput under the SLO (output tok/s)"
+    return [_save(plt, fig, os.path.join(outdir, "goodput.png"), None, ylabel, title, False, "y")]
 
 
 def pareto_front(points):
