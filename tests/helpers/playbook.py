@@ -22,6 +22,15 @@ import ansible_runner
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
 
+# Extra vars of a benchmark small enough for a test but real: two concurrency levels, short requests.
+SHORT_BENCH = {
+    "sglang_bench_concurrency": [1, 4],
+    "sglang_bench_input_len": 32,
+    "sglang_bench_output_len": 8,
+    "sglang_bench_prompts_per_stream": 2,
+    "sglang_bench_min_prompts": 3,
+}
+
 
 def ansible_env() -> dict:
     return {

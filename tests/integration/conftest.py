@@ -6,8 +6,13 @@ run playbooks from module-scoped fixtures call tests.helpers.playbook.run_playbo
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 
+from tests.helpers.playbook import REPO
 from tests.helpers.playbook import run_playbook as _run_playbook
 
 
@@ -17,3 +22,15 @@ def run_playbook(tmp_path):
         return _run_playbook(playbook, tmp_path / "runner", inventory, extravars, **kw)
 
     return run
+
+
+@pytest.fixture
+def run_dir(request):
+    """The engine's run directory, under build/ and 0755: the engine runs as the unprivileged service
+    user, so its files cannot live under pytest's 0700 tmp."""
+    (REPO / "build").mkdir(exist_ok=True)
+    name = request.module.__name__.rsplit(".", 1)[-1].replace("_", "-")
+    path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=REPO / "build"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
