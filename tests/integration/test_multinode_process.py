@@ -11,14 +11,13 @@ nodes; rank 0's address is 127.0.0.1 and the rendezvous port a free one.
 import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.net import free_port
+from tests.helpers.net import free_port, listening
 from tests.helpers.playbook import REPO, failed_messages, run_playbook
 
 UNIT = "sglang-kimi-k2-6-tp16-2n.service"
@@ -107,9 +106,7 @@ def test_sweep_runs_the_two_nodes_together(env):
 
 def test_a_refused_node_fails_both_before_any_start(env):
     port_b = env["hosts"]["node-b"]["sglang_base_port"]
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", port_b))
-        busy.listen()
+    with listening(port_b):
         r = run(env["inventory"], "deploy.yml", layout="tp16-2n")
     assert r.rc != 0
     msgs = failed_messages(r)
@@ -121,9 +118,7 @@ def test_a_refused_node_fails_both_before_any_start(env):
 
 def test_sweep_records_a_failed_node_with_its_class_and_host(env):
     port_b = env["hosts"]["node-b"]["sglang_base_port"]
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", port_b))
-        busy.listen()
+    with listening(port_b):
         r = run(env["inventory"], "sweep.yml", run_id="mn-it-failed")
     # the one layout failed: a sweep that measured nothing exits non-zero, after storing its record
     assert r.rc != 0 and any("could be measured" in f for f in failed_messages(r)), failed_messages(r)

@@ -15,6 +15,7 @@ from sglang_layouts import logclass, planner
 
 from sglang_sim.failures import format_size
 from sglang_sim.launcher import DEFAULT_MODEL, PACKAGE_ROOT, SimProcess
+from tests.helpers.demo import kimi_plan
 
 GIB = 1 << 30
 
@@ -32,15 +33,9 @@ def classify(text: str) -> str | None:
     return m.cls if m else None
 
 
-def plan_of(**layout) -> tuple:
-    spec = planner.load_model({"name": "kimi-k2.6", "path": str(DEFAULT_MODEL)})
-    hw = {"gpu_count": 8, "gpu_memory_gib": 94.97, "gpu_interconnect": "pcie"}
-    return spec, planner.plan_layout({"name": "t", **layout}, spec, hw, {})
-
-
 def test_tp4_ep2_dies_of_cuda_oom_with_the_plans_figures():
     """The reported incident: --tp-size 4 --ep-size 2 on 8 x 94.97 GiB."""
-    spec, plan = plan_of(tp=4, ep=2)
+    spec, plan = kimi_plan(tp=4, ep=2)
     assert plan["failure"] == "oom_at_load"
     with SimProcess(["--tp-size", "4", "--ep-size", "2"], env={"SGLANG_SIM_LOAD_SECONDS": "0.5"}) as s:
         s.wait_for_line("Load weight begin")
@@ -87,7 +82,7 @@ def test_ep_greater_than_tp_is_a_zero_division():
 
 
 def test_weights_fit_but_no_kv_cache():
-    _, plan = plan_of(tp=8)
+    _, plan = kimi_plan(tp=8)
     low = round(plan["weights_gib_per_gpu"] / 94.97 - 0.02, 2)  # budget below the weights
     with SimProcess(["--tp-size", "8", "--mem-fraction-static", str(low)]) as s:
         rc = s.wait_exit()

@@ -5,7 +5,6 @@ process exits must give their class within 2 s; secrets are masked in server_arg
 """
 
 import json
-import socket
 import time
 
 import pytest
@@ -19,7 +18,7 @@ from tests.helpers.engine_fakes import (
     wait_from_end,
     wait_on_closed_port,
 )
-from tests.helpers.net import free_port
+from tests.helpers.net import free_port, listening
 
 
 @pytest.fixture
@@ -124,10 +123,7 @@ def test_preflight_refuses_oom_unless_forced(tmp_path):
 
 
 def test_preflight_port_and_model_path(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        port = s.getsockname()[1]
+    with listening() as port:
         problems = health.preflight("fits", [], False, str(tmp_path / "missing"), "127.0.0.1", port, False)
         assert any("does not exist" in x for x in problems)
         assert any(f"port {port}" in x for x in problems)

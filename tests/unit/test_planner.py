@@ -12,17 +12,8 @@ import pytest
 from sglang_layouts import planner
 from sglang_layouts.model import GIB, PlanError, load_model
 
-DEMO_SERVING = {
-    "mem_fraction_static": 0.88,
-    "context_length": 32768,
-    "max_running_requests": 64,
-    "attention_backend": "triton",
-    "grammar_backend": "none",
-    "trust_remote_code": True,
-    "host": "127.0.0.1",
-    "base_port": 30000,
-}
-SEED_BOX = {"gpu_count": 8, "gpu_memory_gib": 94.97, "gpu_interconnect": "pcie"}
+from tests.helpers.demo import DEMO_SERVING, SEED_BOX
+
 H200 = {"gpu_count": 8, "gpu_memory_gib": 139.80, "gpu_interconnect": "nvlink"}
 H100 = {"gpu_count": 8, "gpu_memory_gib": 79.11, "gpu_interconnect": "nvlink"}
 H20 = {"gpu_count": 8, "gpu_memory_gib": 94.5, "gpu_interconnect": "nvlink"}
