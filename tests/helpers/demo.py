@@ -7,6 +7,9 @@ from sglang_layouts import planner
 
 from sglang_sim.launcher import DEFAULT_MODEL
 
+# The simulated engine decodes a token every 2 ms: a test's few requests are done at once.
+FAST_DECODE = {"SGLANG_SIM_DECODE_STEP_MS": "2"}
+
 SEED_BOX = {"gpu_count": 8, "gpu_memory_gib": 94.97, "gpu_interconnect": "pcie"}
 
 DEMO_SERVING = {

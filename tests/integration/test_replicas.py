@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.net import free_port
 from tests.helpers.playbook import REPO, failed_messages, run_playbook, task_results
 
 LAYOUT = "tp4x2"
@@ -38,9 +39,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the supervisor 
 def free_base_port():
     """A port P with P+1, P+2 (replicas) and P+1000 (the router's Prometheus listener) free too."""
     for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
+        base = free_port()
         if base + 1000 > 65000:
             continue
         try:

@@ -15,7 +15,7 @@ from sglang_layouts import logclass, planner
 
 from sglang_sim.failures import format_size
 from sglang_sim.launcher import DEFAULT_MODEL, PACKAGE_ROOT, SimProcess
-from tests.helpers.demo import kimi_plan
+from tests.helpers.demo import FAST_DECODE, kimi_plan
 
 GIB = 1 << 30
 
@@ -129,11 +129,7 @@ def test_port_taken():
 
 
 def test_crash_after_n_requests():
-    env = {
-        "SGLANG_SIM_FAULT": "crash_after:2",
-        "SGLANG_SIM_DECODE_STEP_MS": "2",
-        "SGLANG_SIM_HEALTH_POLL_SECONDS": "0.05",
-    }
+    env = {**FAST_DECODE, "SGLANG_SIM_FAULT": "crash_after:2", "SGLANG_SIM_HEALTH_POLL_SECONDS": "0.05"}
     with SimProcess(["--tp-size", "8"], env=env) as s:
         s.wait_ready()
         with urllib.request.urlopen(s.url("/health"), timeout=5) as r:
@@ -151,9 +147,7 @@ def test_crash_after_n_requests():
 
 
 def test_hang_keeps_port_open_and_stops_answering():
-    with SimProcess(
-        ["--tp-size", "8"], env={"SGLANG_SIM_FAULT": "hang_after:1", "SGLANG_SIM_DECODE_STEP_MS": "2"}
-    ) as s:
+    with SimProcess(["--tp-size", "8"], env={**FAST_DECODE, "SGLANG_SIM_FAULT": "hang_after:1"}) as s:
         s.wait_ready()
         generate(s.url("/generate"))
         with socket.create_connection(("127.0.0.1", s.port), timeout=2):
@@ -165,9 +159,9 @@ def test_hang_keeps_port_open_and_stops_answering():
 
 def test_nccl_watchdog_timeout():
     env = {
+        **FAST_DECODE,
         "SGLANG_SIM_FAULT": "nccl_timeout_after:1",
         "SGLANG_SIM_NCCL_TIMEOUT_SECONDS": "0.3",
-        "SGLANG_SIM_DECODE_STEP_MS": "2",
     }
     with SimProcess(["--tp-size", "8"], env=env) as s:
         s.wait_ready()

@@ -17,7 +17,6 @@ import json
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.net import free_port
 from tests.helpers.playbook import REPO, SHORT_BENCH, failed_messages
 
 pytestmark = pytest.mark.timeout(1500)
@@ -45,12 +45,6 @@ BENCH = {
     # the tiny model's vocabulary: vLLM rejects prompt token ids outside it
     "sglang_bench_vocab_size": 1024,
 }
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _bench_api():
