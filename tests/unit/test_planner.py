@@ -360,19 +360,24 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
 
 
-def test_safetensors_mode_reads_exact_sizes(tmp_path, repo):
-    cfg = {
-        "architectures": ["LlamaForCausalLM"],
+def tiny_config(arch, heads, kv_heads, dtype, tied):
+    """A Hugging Face config.json of a 2-layer model: hidden 64, intermediate 128, vocab 1024."""
+    return {
+        "architectures": [arch],
         "hidden_size": 64,
         "intermediate_size": 128,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
         "num_hidden_layers": 2,
         "vocab_size": 1024,
         "max_position_embeddings": 32768,
-        "torch_dtype": "bfloat16",
-        "tie_word_embeddings": False,
+        "torch_dtype": dtype,
+        "tie_word_embeddings": tied,
     }
+
+
+def test_safetensors_mode_reads_exact_sizes(tmp_path, repo):
+    cfg = tiny_config("LlamaForCausalLM", heads=4, kv_heads=2, dtype="bfloat16", tied=False)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     t = {"model.embed_tokens.weight": ("BF16", [1024, 64]), "lm_head.weight": ("BF16", [1024, 64])}
     t["model.norm.weight"] = ("BF16", [64])
@@ -570,18 +575,7 @@ def test_vllm_args_are_checked_against_vllms_parser(repo):
 
 
 def test_vllm_fixed_kv_size_on_cpu(tmp_path, repo):
-    cfg = {
-        "architectures": ["Qwen2ForCausalLM"],
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "num_hidden_layers": 2,
-        "vocab_size": 1024,
-        "max_position_embeddings": 32768,
-        "torch_dtype": "float32",
-        "tie_word_embeddings": True,
-    }
+    cfg = tiny_config("Qwen2ForCausalLM", heads=2, kv_heads=1, dtype="float32", tied=True)
     layout = {"name": "cpu", "engine": "vllm", "tp": 1, "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
     doc = plan(
         repo,
