@@ -548,21 +548,13 @@ def test_vllm_refuses_a_context_its_kv_cannot_hold(repo):
     hw = {"gpu_count": 2, "gpu_memory_gib": 79.11, "gpu_interconnect": "nvlink"}
     layouts = [{"name": "tp2", "engine": "vllm", "tp": 2}]
     # 65.7 GiB of weights per GPU leave ~4 GiB of KV under 0.9 x 79.11 GiB: ~26k tokens of 160 KiB
-    ok = plan(
-        repo,
-        layouts,
-        hardware=hw,
-        model=model,
-        serving={**DEMO_SERVING, "gpu_memory_utilization": 0.9, "context_length": 8192},
-    )
-    assert ok["layouts"][0]["verdict"] == "fits"
-    tight = plan(
-        repo,
-        layouts,
-        hardware=hw,
-        model=model,
-        serving={**DEMO_SERVING, "gpu_memory_utilization": 0.9, "context_length": 131072},
-    )["layouts"][0]
+
+    def with_context(n):
+        serving = {**DEMO_SERVING, "gpu_memory_utilization": 0.9, "context_length": n}
+        return plan(repo, layouts, hardware=hw, model=model, serving=serving)["layouts"][0]
+
+    assert with_context(8192)["verdict"] == "fits"
+    tight = with_context(131072)
     assert tight["verdict"] == "oom" and tight["failure"] == "kv_no_memory"
     assert "vLLM refuses to start" in " ".join(tight["reasons"])
 
