@@ -66,7 +66,7 @@ def run_playbook(
     inventory: str = "inventory/demo",
     extravars: dict | None = None,
     envvars: dict | None = None,
-    timeout: int = 600,
+    timeout: int | None = None,
     **kw,
 ):
     pdd = Path(private_data_dir)
@@ -80,7 +80,7 @@ def run_playbook(
         extravars=extravars or {},
         envvars={**ansible_env(), **(envvars or {})},
         quiet=True,
-        timeout=timeout,
+        timeout=timeout,  # None: pytest's own timeout (pytest.ini) bounds the run
         # ansible-runner otherwise writes the first run's extra vars and environment into
         # private_data_dir/env/ and passes them to every later run in that folder
         suppress_env_files=True,
