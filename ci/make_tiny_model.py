@@ -92,7 +92,9 @@ def build_key(arch: str, dtype: str) -> str:
     return h.hexdigest()
 
 
-def build_tokenizer(out: Path):
+def build_tokenizer(out: Path, texts=None, vocab_size: int = VOCAB_SIZE):
+    """Train the byte-level BPE on `texts` (default: corpus()) and save it in `out` as a Hugging
+    Face tokenizer folder; tests/conformance/make_tokenizer.py trains the same one on other text."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -100,12 +102,12 @@ def build_tokenizer(out: Path):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB_SIZE,
+        vocab_size=vocab_size,
         special_tokens=list(SPECIALS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(corpus(), trainer=trainer)
+    tok.train_from_iterator(corpus() if texts is None else texts, trainer=trainer)
     bos = tok.token_to_id("<s>")
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)]

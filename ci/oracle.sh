@@ -37,8 +37,10 @@ PYTHON="${PYTHON:-python3}"
 CACHE="$VENV/cache"
 LOG="$VENV/oracle-install.log"
 FP_FILE="$VENV/.oracle-fingerprint"
-T0=$SECONDS
-STEP="start"
+NAME="oracle.sh"
+HINT="the venv at $VENV is incomplete; rerun 'make oracle' after fixing the cause (ORACLE_REBUILD=1 starts from scratch)."
+# shellcheck source=ci/steps.sh
+source "$(dirname "${BASH_SOURCE[0]}")/steps.sh"
 
 for f in "$REQ" "$SHIMS/torchvision/__init__.py"; do
   [[ -f "$f" ]] || { echo "oracle.sh: missing $f" >&2; exit 1; }
@@ -55,20 +57,6 @@ fingerprint() {
 }
 FP="$(fingerprint)"
 
-log() { printf 'oracle.sh [%3ds] %s\n' "$((SECONDS - T0))" "$*"; }
-
-on_error() {
-  local rc=$?
-  echo "oracle.sh: FAILED (exit $rc) during: $STEP" >&2
-  if [[ -s "$LOG" ]]; then
-    echo "---- last 40 lines of $LOG ----" >&2
-    tail -n 40 "$LOG" >&2
-    echo "---- end of log ----" >&2
-  fi
-  echo "oracle.sh: the venv at $VENV is incomplete; rerun 'make oracle' after fixing the cause" \
-       "(ORACLE_REBUILD=1 starts from scratch)." >&2
-  exit "$rc"
-}
 trap on_error ERR
 
 if [[ "${ORACLE_REBUILD:-0}" == 1 && -d "$VENV" ]]; then

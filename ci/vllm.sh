@@ -110,20 +110,10 @@ if [[ -e "$LINK" && ! -L "$LINK" ]]; then
   exit 1
 fi
 
-T0=$SECONDS
-STEP="start"
-log() { printf 'vllm.sh [%3ds] %s\n' "$((SECONDS - T0))" "$*"; }
-on_error() {
-  local rc=$?
-  echo "vllm.sh: FAILED (exit $rc) during: $STEP" >&2
-  if [[ -s "$LOG" ]]; then
-    echo "---- last 40 lines of $LOG ----" >&2
-    tail -n 40 "$LOG" >&2
-    echo "---- end of log ----" >&2
-  fi
-  echo "vllm.sh: $VENV has no stamp, so the next run rebuilds it (VLLM_REBUILD=1 forces that)." >&2
-  exit "$rc"
-}
+NAME="vllm.sh"
+HINT="$VENV has no stamp, so the next run rebuilds it (VLLM_REBUILD=1 forces that)."
+# shellcheck source=ci/steps.sh
+source "$(dirname "${BASH_SOURCE[0]}")/steps.sh"
 trap on_error ERR
 
 # One build at a time per venv; a second CI job on this machine waits, then finds it built.

@@ -61,7 +61,7 @@ options:
   api_key:
     description:
       - The server's API key, passed in the wrapper's environment. A literal C(${SGLANG_API_KEY_CONFIG}) argument
-        becomes a 0600 SGLang --config file holding it (removed when the engine exits): the key stays off argv.
+        becomes a 0600 SGLang --config file holding it (removed when the engine exits), so the key stays off argv.
     type: str
   stop_timeout:
     description: Seconds between SIGTERM and SIGKILL of the group.
@@ -74,6 +74,7 @@ attributes:
     support: none
   platform:
     platforms: posix
+    details: The supervisor finds the processes of a group in /proc, so it needs Linux.
 author: sglang-layouts contributors
 """
 

@@ -157,41 +157,37 @@ latest:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_layouts.results import (
-    ResultError,
-    attempts,
-    build_record,
-    load_record,
-    record_path,
-    run_dir,
-    update_latest,
-    write_record,
-)
+from ansible.module_utils.sglang_layouts import results
+
+# The record's own fields: options of the module, passed to results.build_record as they are.
+RECORD_OPTIONS = {
+    "engine": {"type": "str"},
+    "plan": {"type": "dict"},
+    "health": {"type": "dict"},
+    "bench": {"type": "dict"},
+    "failure_class": {"type": "str"},
+    "evidence": {"type": "raw"},
+    "msg": {"type": "str"},
+    "reasons": {"type": "list", "elements": "str"},
+    "argv": {"type": "list", "elements": "str"},
+    "versions": {"type": "dict"},
+    "gpu": {"type": "dict"},
+    "extra": {"type": "dict"},
+    "gpu_hour_cost": {"type": "float"},
+}
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            results_dir=dict(type="path", required=True),
-            run_id=dict(type="str", required=True),
-            state=dict(type="str", default="present", choices=["present", "query", "latest"]),
-            host=dict(type="str"),
-            layout=dict(type="str"),
-            status=dict(type="str", default="ok", choices=["ok", "degraded", "failed", "skipped"]),
-            engine=dict(type="str"),
-            plan=dict(type="dict"),
-            health=dict(type="dict"),
-            bench=dict(type="dict"),
-            failure_class=dict(type="str"),
-            evidence=dict(type="raw"),
-            msg=dict(type="str"),
-            reasons=dict(type="list", elements="str"),
-            argv=dict(type="list", elements="str"),
-            versions=dict(type="dict"),
-            gpu=dict(type="dict"),
-            extra=dict(type="dict"),
-            gpu_hour_cost=dict(type="float"),
-        ),
+        argument_spec={
+            "results_dir": {"type": "path", "required": True},
+            "run_id": {"type": "str", "required": True},
+            "state": {"type": "str", "default": "present", "choices": ["present", "query", "latest"]},
+            "host": {"type": "str"},
+            "layout": {"type": "str"},
+            "status": {"type": "str", "default": "ok", "choices": list(results.STATUSES)},
+            **RECORD_OPTIONS,
+        },
         required_if=[("state", "present", ["host", "layout"]), ("state", "query", ["host", "layout"])],
         supports_check_mode=True,
     )
@@ -199,53 +195,37 @@ def main():
     rd = p["results_dir"]
     try:
         if p["state"] == "latest":
-            run_dir(rd, p["run_id"])
+            results.run_dir(rd, p["run_id"])
             link = os.path.join(rd, "latest")
             current = os.readlink(link) if os.path.islink(link) else None
             changed = current != p["run_id"]
             if changed and not module.check_mode:
                 os.makedirs(rd, exist_ok=True)
-                update_latest(rd, p["run_id"])
+                results.update_latest(rd, p["run_id"])
             module.exit_json(changed=changed, latest=link)
 
         if p["state"] == "query":
-            found = attempts(rd, p["run_id"], p["host"], p["layout"])
+            found = results.attempts(rd, p["run_id"], p["host"], p["layout"])
             out = {"changed": False, "exists": bool(found), "attempts": found}
             if found:
-                path = record_path(rd, p["run_id"], p["host"], p["layout"], found[-1])
+                path = results.record_path(rd, p["run_id"], p["host"], p["layout"], found[-1])
                 out["path"] = path
-                out["status"] = load_record(path).get("status")
+                out["status"] = results.load_record(path).get("status")
             module.exit_json(**out)
 
-        record = build_record(
-            p["run_id"],
-            p["host"],
-            p["layout"],
-            p["status"],
-            engine=p["engine"],
-            plan=p["plan"],
-            health=p["health"],
-            bench=p["bench"],
-            failure_class=p["failure_class"],
-            evidence=p["evidence"],
-            msg=p["msg"],
-            reasons=p["reasons"],
-            argv=p["argv"],
-            versions=p["versions"],
-            gpu=p["gpu"],
-            extra=p["extra"],
-            gpu_hour_cost=p["gpu_hour_cost"],
+        record = results.build_record(
+            p["run_id"], p["host"], p["layout"], p["status"], **{k: p[k] for k in RECORD_OPTIONS}
         )
         short = {k: v for k, v in record.items() if k not in ("levels", "formulas", "health", "evidence")}
         if module.check_mode:
-            found = attempts(rd, p["run_id"], p["host"], p["layout"])
+            found = results.attempts(rd, p["run_id"], p["host"], p["layout"])
             attempt = (found[-1] + 1) if found else 1
-            path = record_path(rd, p["run_id"], p["host"], p["layout"], attempt)
+            path = results.record_path(rd, p["run_id"], p["host"], p["layout"], attempt)
             module.exit_json(changed=True, path=path, attempt=attempt, record=short)
-        path, attempt = write_record(rd, record)
+        path, attempt = results.write_record(rd, record)
         short["attempt"] = attempt
         module.exit_json(changed=True, path=path, attempt=attempt, record=short)
-    except (ResultError, OSError) as exc:
+    except (results.ResultError, OSError) as exc:
         module.fail_json(msg=f"result store: {exc}")
 
 

@@ -67,9 +67,9 @@ removed:
 
 import fnmatch
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_layouts.fileio import write_atomic
 
 
 def _read(path):
@@ -78,21 +78,6 @@ def _read(path):
             return f.read()
     except FileNotFoundError:
         return None
-
-
-def _write_atomic(path, content, mode):
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def main():
@@ -127,7 +112,7 @@ def main():
         diffs.append({"before_header": path, "after_header": path, "before": old or "", "after": content})
         if not module.check_mode:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            _write_atomic(path, content, mode)
+            write_atomic(path, content, mode=mode)
     if p["prune_glob"] and os.path.isdir(dest):
         for entry in sorted(os.listdir(dest)):
             if fnmatch.fnmatch(entry, p["prune_glob"]) and entry not in files:

@@ -60,20 +60,26 @@ def render_argv(spec, lay: dict, par: dict, serving: dict, args: dict, port: int
                 "--dist-init-addr",
                 par["dist_init_addr"],
             ]
-    serving_flags = {
-        "--mem-fraction-static": serving.get("mem_fraction_static"),
-        "--context-length": serving.get("context_length"),
-        "--max-running-requests": serving.get("max_running_requests"),
-        "--attention-backend": serving.get("attention_backend"),
+    sglang_serving = {
+        "--mem-fraction-static": "mem_fraction_static",
+        "--context-length": "context_length",
+        "--max-running-requests": "max_running_requests",
+        "--attention-backend": "attention_backend",
     }
-    for flag, value in serving_flags.items():
+    _add_serving_flags(flags, serving, args, sglang_serving)
+    if serving.get("grammar_backend") is not None and "--grammar-backend" not in args:
+        flags += ["--grammar-backend", str(serving["grammar_backend"])]
+    return _append_args(flags, args)
+
+
+def _add_serving_flags(flags: list[str], serving: dict, args: dict, flag_keys: dict) -> None:
+    """The serving settings as flags (flag -> serving key; a layout's args: win), then --trust-remote-code."""
+    for flag, key in flag_keys.items():
+        value = serving.get(key)
         if value is not None and flag not in args:
             flags += [flag, str(value)]
     if serving.get("trust_remote_code"):
         flags.append("--trust-remote-code")
-    if serving.get("grammar_backend") is not None and "--grammar-backend" not in args:
-        flags += ["--grammar-backend", str(serving["grammar_backend"])]
-    return _append_args(flags, args)
 
 
 def _append_args(flags: list[str], args: dict) -> list[str]:
@@ -100,16 +106,12 @@ def _vllm_argv(spec, lay: dict, par: dict, serving: dict, args: dict, port: int)
         flags += ["--data-parallel-size", str(par["dp"])]
     if par["ep"] > 1:
         flags.append("--enable-expert-parallel")
-    wanted = {
-        "--gpu-memory-utilization": serving.get("gpu_memory_utilization"),
-        "--max-model-len": serving.get("context_length"),
-        "--max-num-seqs": serving.get("max_running_requests"),
+    vllm_serving = {
+        "--gpu-memory-utilization": "gpu_memory_utilization",
+        "--max-model-len": "context_length",
+        "--max-num-seqs": "max_running_requests",
     }
-    for flag, value in wanted.items():
-        if value is not None and flag not in args:
-            flags += [flag, str(value)]
-    if serving.get("trust_remote_code"):
-        flags.append("--trust-remote-code")
+    _add_serving_flags(flags, serving, args, vllm_serving)
     return _append_args(flags, args)
 
 

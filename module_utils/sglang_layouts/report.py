@@ -18,6 +18,7 @@ import os
 import sys
 
 from . import results as _results
+from .fileio import write_atomic
 
 # Columns shown in REPORT.md only when some row has a value (old records and runs without an SLO or a cost).
 OPTIONAL_COLUMNS = ("slo_max_rate", "slo_goodput_tok_s", "cost_peak", "cost_slo")
@@ -356,6 +357,22 @@ def matplotlib_available():
     return True
 
 
+def _save(plt, fig, path, xlabel, ylabel, title, legend=True, grid_axis="both"):
+    """Label the figure's one axes, write it as a PNG at `path`, close it; returns the file name."""
+    (ax,) = fig.axes
+    if xlabel is not None:
+        ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, axis=grid_axis, alpha=0.3)
+    if legend:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return os.path.basename(path)
+
+
 def plot(records, outdir, run_id):
     """Two PNGs: output tok/s vs concurrency per layout, and the Pareto view. Returns their file names."""
     import matplotlib
@@ -376,16 +393,9 @@ def plot(records, outdir, run_id):
         label = _record_label(rec, multi_host, multi_engine)
         ax.plot([x["concurrency"] for x in lv], [x["output_tok_s"] for x in lv], marker="o", label=label)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("concurrency (streams)")
-    ax.set_ylabel("aggregate output tok/s")
-    ax.set_title(f"Output throughput vs concurrency, run {run_id}{tag}")
-    ax.grid(True, alpha=0.3)
-    if measured:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(outdir, "throughput.png"), dpi=110)
-    plt.close(fig)
-    names.append("throughput.png")
+    xy = ("concurrency (streams)", "aggregate output tok/s")
+    title = f"Output throughput vs concurrency, run {run_id}{tag}"
+    names.append(_save(plt, fig, os.path.join(outdir, "throughput.png"), *xy, title, legend=bool(measured)))
 
     fig, ax = plt.subplots(figsize=(8, 5))
     points = []
@@ -407,16 +417,9 @@ def plot(records, outdir, run_id):
         ax.plot(
             [p[0] for p in frontier], [p[1] for p in frontier], "k--", lw=1, alpha=0.5, label="Pareto front"
         )
-    ax.set_xlabel("tok/s per user (mean per-request decode speed)")
-    ax.set_ylabel("tok/s per GPU (aggregate output / GPUs used)")
-    ax.set_title(f"Per-user speed vs per-GPU throughput, run {run_id}{tag}")
-    ax.grid(True, alpha=0.3)
-    if measured:
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(outdir, "pareto.png"), dpi=110)
-    plt.close(fig)
-    names.append("pareto.png")
+    xy = ("tok/s per user (mean per-request decode speed)", "tok/s per GPU (aggregate output / GPUs used)")
+    title = f"Per-user speed vs per-GPU throughput, run {run_id}{tag}"
+    names.append(_save(plt, fig, os.path.join(outdir, "pareto.png"), *xy, title, legend=bool(measured)))
     names += plot_rates(plt, measured, outdir, run_id, multi_host, multi_engine, tag)
     names += plot_goodput(plt, measured, outdir, run_id, multi_host, multi_engine, tag)
     return names
@@ -478,15 +481,10 @@ def plot_rates(plt, measured, outdir, run_id, multi_host, multi_engine, tag):
             )
             if limit is not None:
                 ax.axhline(limit, color="red", ls="--", lw=1, label=f"SLO {limit:g} ms")
-        ax.set_xlabel("request rate (req/s, open loop; inf left out)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(f"{title}, run {run_id}{tag}")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(outdir, fname), dpi=110)
-        plt.close(fig)
-        names.append(fname)
+        xlabel = "request rate (req/s, open loop; inf left out)"
+        names.append(
+            _save(plt, fig, os.path.join(outdir, fname), xlabel, ylabel, f"{title}, run {run_id}{tag}")
+        )
     return names
 
 
@@ -501,14 +499,10 @@ def plot_goodput(plt, measured, outdir, run_id, multi_host, multi_engine, tag):
         return []
     fig, ax = plt.subplots(figsize=(8, 5))
     ax.bar([b[0] for b in bars], [b[1] for b in bars], color="tab:green")
-    ax.set_ylabel("goodput under the SLO (output tok/s)")
-    ax.set_title(f"Goodput under the SLO per layout, run {run_id}{tag}")
-    ax.grid(True, axis="y", alpha=0.3)
     plt.setp(ax.get_xticklabels(), rotation=20, ha="right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(outdir, "goodput.png"), dpi=110)
-    plt.close(fig)
-    return ["goodput.png"]
+    title = f"Goodput under the SLO per layout, run {run_id}{tag}"
+    ylabel = "goodput under the SLO (output tok/s)"
+    return [_save(plt, fig, os.path.join(outdir, "goodput.png"), None, ylabel, title, False, "y")]
 
 
 def pareto_front(points):
@@ -518,15 +512,6 @@ def pareto_front(points):
         if not front or p[1] > front[-1][1]:
             front.append(p)
     return sorted(front)
-
-
-def _write(path, text):
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def build_report(results_dir, run_id=None, plots=True):
@@ -547,8 +532,8 @@ def build_report(results_dir, run_id=None, plots=True):
     markdown = to_markdown(run_id, table, win, pngs)
     if skipped:
         markdown = markdown.rstrip("\n") + f"\n\n{skipped}\n"
-    _write(os.path.join(outdir, "REPORT.md"), markdown)
-    _write(os.path.join(outdir, "summary.csv"), to_csv(table))
+    write_atomic(os.path.join(outdir, "REPORT.md"), markdown)
+    write_atomic(os.path.join(outdir, "summary.csv"), to_csv(table))
     doc = {
         "schema": "sglang-layouts/summary/v1",
         "run_id": run_id,
@@ -559,7 +544,7 @@ def build_report(results_dir, run_id=None, plots=True):
         "rows": table,
         "formulas": _results.FORMULAS,
     }
-    _write(os.path.join(outdir, "summary.json"), json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    write_atomic(os.path.join(outdir, "summary.json"), json.dumps(doc, indent=2, sort_keys=True) + "\n")
     return {
         "run_id": run_id,
         "dir": outdir,

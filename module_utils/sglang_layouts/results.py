@@ -6,11 +6,11 @@ Layout on the controller::
     results/<run id>/<host>/<layout>.attempt2.json   a forced re-run in the same run id (then 3, 4, ...)
     results/latest -> <run id>                       the newest run (symlink, replaced atomically)
 
-A record is written to a temporary file in the same folder, fsynced, then hard-linked
-to its final name (``os.link`` fails when the name exists, so an existing record is
-never replaced, even by two writers racing), then the temporary name is removed and
-the folder fsynced. A re-run never edits a record: it adds the next attempt, and
-readers take the highest attempt of each (host, layout).
+A record is written by fileio.write_atomic with overwrite=False: a temporary file in the
+same folder, fsynced, then hard-linked to its final name (``os.link`` fails when the name
+exists, so an existing record is never replaced, even by two writers racing). A re-run never
+edits a record: it adds the next attempt, and readers take the highest attempt of each
+(host, layout).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import datetime as _dt
 import json
 import os
 import re
-import tempfile
 
 from .bench import FORMULAS as BENCH_FORMULAS
+from .fileio import fsync_dir, write_atomic
 
 SCHEMA = "sglang-layouts/result/v1"
 STATUSES = ("ok", "degraded", "failed", "skipped")
@@ -197,19 +197,6 @@ def build_record(
     }
 
 
-def _fsync_dir(path):
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_record(results_dir, record):
     """Store a record as the next attempt of its (run, host, layout); returns (path, attempt).
 
@@ -230,38 +217,21 @@ def write_record(results_dir, record):
         ) from exc
 
 
-def _write_all(fd, data: bytes) -> None:
-    """os.write may write less than asked (a nearly full disk): loop until every byte is out."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 def _write_record(results_dir, record, folder, run_id, host, layout):
     os.makedirs(folder, exist_ok=True)
     existing = attempts(results_dir, run_id, host, layout)
     attempt = (existing[-1] + 1) if existing else 1
-    fd, tmp = tempfile.mkstemp(prefix=f".{layout}.", suffix=".tmp", dir=folder)
-    try:
-        for _ in range(1000):
-            record = dict(record, attempt=attempt)
-            data = json.dumps(record, indent=2, sort_keys=True, default=str).encode() + b"\n"
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
-            _write_all(fd, data)
-            os.fsync(fd)
-            path = record_path(results_dir, run_id, host, layout, attempt)
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                attempt += 1
-                continue
-            _fsync_dir(folder)
-            return path, attempt
-        raise ResultError(f"could not find a free attempt number for {host}/{layout} in run {run_id}")
-    finally:
-        os.close(fd)
-        os.unlink(tmp)
+    for _ in range(1000):
+        record = dict(record, attempt=attempt)
+        data = json.dumps(record, indent=2, sort_keys=True, default=str) + "\n"
+        path = record_path(results_dir, run_id, host, layout, attempt)
+        try:
+            write_atomic(path, data, mode=0o600, overwrite=False)
+        except FileExistsError:
+            attempt += 1
+            continue
+        return path, attempt
+    raise ResultError(f"could not find a free attempt number for {host}/{layout} in run {run_id}")
 
 
 def update_latest(results_dir, run_id):
@@ -273,7 +243,7 @@ def update_latest(results_dir, run_id):
         os.unlink(tmp)
     os.symlink(run_id, tmp)
     os.replace(tmp, link)
-    _fsync_dir(results_dir)
+    fsync_dir(results_dir)
     return link
 
 

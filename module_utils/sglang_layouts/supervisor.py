@@ -36,6 +36,7 @@ import subprocess
 import sys
 import time
 
+from .fileio import write_atomic
 from .logclass import STOP_MARKER
 
 SECRET_ENV = "SGLANG_API_KEY"
@@ -145,11 +146,7 @@ def _read_json(path):
 
 
 def _write_json(path, data, mode=0o600):
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True), mode=mode)
 
 
 def read_pid(run_dir: str, name: str) -> int | None:
@@ -290,9 +287,7 @@ def start(
             env=wenv,
             cwd="/",
         )
-    with open(p["pid"] + ".tmp", "w") as f:
-        f.write(f"{proc.pid}\n")
-    os.replace(p["pid"] + ".tmp", p["pid"])
+    write_atomic(p["pid"], f"{proc.pid}\n")
     # The Popen object is dropped on purpose: the wrapper outlives this process.
     proc.returncode = 0
     st = status(run_dir, name)

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.procs import isolated_env, tail
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 ORACLE_DEFAULT = REPO / ".venv" / "sglang" / "bin" / "python"
@@ -72,22 +74,14 @@ def oracle_env(extra: dict | None = None) -> dict:
     The venv's sglang_oracle.pth (written by ci/oracle.sh) already puts the torchvision stub on
     sys.path and the caches (SGLANG_CACHE_DIR, HF_HOME, ...) under .venv/sglang/cache.
     """
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
-    env.update(
-        {
-            "HF_HUB_OFFLINE": "1",
-            "HF_HUB_DISABLE_TELEMETRY": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-            "PYTHONWARNINGS": "ignore",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    env.update(extra or {})
-    return env
-
-
-def _tail(text: str, n: int = 40) -> str:
-    return "\n".join((text or "").splitlines()[-n:])
+    offline = {
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONWARNINGS": "ignore",
+        "PYTHONUNBUFFERED": "1",
+    }
+    return isolated_env(offline, extra)
 
 
 def run_oracle(
@@ -101,12 +95,12 @@ def run_oracle(
         )
     except subprocess.TimeoutExpired as e:
         raise OracleError(
-            f"{' '.join(cmd)} ran past {timeout}s:\n{_tail(str(e.stdout))}\n{_tail(str(e.stderr))}"
+            f"{' '.join(cmd)} ran past {timeout}s:\n{tail(str(e.stdout))}\n{tail(str(e.stderr))}"
         ) from None
     if proc.returncode != 0:
         raise OracleError(
-            f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout ---\n{_tail(proc.stdout)}\n"
-            f"--- stderr ---\n{_tail(proc.stderr)}"
+            f"{' '.join(cmd)} exited {proc.returncode}\n--- stdout ---\n{tail(proc.stdout)}\n"
+            f"--- stderr ---\n{tail(proc.stderr)}"
         )
     return proc
 
@@ -186,7 +180,10 @@ def sglang_model_dir(dest: Path, config: dict | Path, *, custom_code_stub: bool 
 
 
 def _tokenizer_key(oracle_python: str) -> str:
-    script = (HERE / "make_tokenizer.py").read_bytes()
+    # make_tokenizer.py trains with ci/make_tiny_model.py's recipe: a change to either is a new tokenizer
+    script = (HERE / "make_tokenizer.py").read_bytes() + (
+        HERE.parents[1] / "ci" / "make_tiny_model.py"
+    ).read_bytes()
     proc = run_oracle(
         oracle_python,
         [
@@ -293,7 +290,7 @@ def run_bench_serving(oracle_python, oracle_tokenizer, tmp_path):
         rows = [line for line in out.read_text().splitlines() if line.strip()] if out.is_file() else []
         if not rows:
             raise OracleError(
-                f"bench_serving exited 0 but wrote no row to {out}\n{_tail(proc.stdout)}\n{_tail(proc.stderr)}"
+                f"bench_serving exited 0 but wrote no row to {out}\n{tail(proc.stdout)}\n{tail(proc.stderr)}"
             )
         row = json.loads(rows[-1])
         row["_stdout"] = proc.stdout

@@ -18,6 +18,7 @@ import glob
 import json
 import os
 import sys
+from pathlib import Path
 
 
 def corpus():
@@ -28,39 +29,13 @@ def corpus():
 
 
 def main() -> int:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
+    # the tiny model's builder: the same tokenizer recipe, trained here on the stdlib's sources
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ci"))
+    from make_tiny_model import build_tokenizer
 
     out = sys.argv[1]
     vocab_size = int(sys.argv[2]) if len(sys.argv) > 2 else 1024
-    tok = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    special = ["<s>", "</s>", "<pad>"]
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=special,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(corpus(), trainer=trainer)
-    bos = tok.token_to_id("<s>")
-    tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)]
-    )
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
-    hf.chat_template = (
-        "{% for m in messages %}<s>{{ m['role'] }}\n{{ m['content'] }}</s>\n{% endfor %}"
-        "{% if add_generation_prompt %}<s>assistant\n{% endif %}"
-    )
-    hf.save_pretrained(out)
-    cfg_path = os.path.join(out, "tokenizer_config.json")
-    with open(cfg_path, encoding="utf-8") as f:
-        cfg = json.load(f)
-    cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
-    cfg["chat_template"] = hf.chat_template
-    with open(cfg_path, "w", encoding="utf-8") as f:
-        json.dump(cfg, f, indent=1)
+    hf = build_tokenizer(Path(out), corpus(), vocab_size)
     print(json.dumps({"dir": out, "vocab": len(hf), "bos": hf.bos_token_id, "eos": hf.eos_token_id}))
     return 0
 

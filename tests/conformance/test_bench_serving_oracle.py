@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+from tests.helpers.fake_http import JsonHandler, LoopbackServer
 
 TTFT_S = 0.02
 TPOT_S = 0.005
@@ -28,20 +29,9 @@ class _State:
         self.max_active = 0
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     protocol_version = "HTTP/1.0"  # the body ends when the connection closes: no chunked encoding
     state: _State
-
-    def log_message(self, *args):
-        pass
-
-    def _json(self, code: int, doc: dict) -> None:
-        body = json.dumps(doc).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self):
         if self.path == "/v1/models":
@@ -50,7 +40,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, {"error": "not found"})
 
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        body = self._json_body()
         if self.path not in ("/generate", "/v1/completions"):
             self._json(404, {"error": "not found"})
             return
@@ -93,16 +83,8 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def sse_server():
     state = _State()
-    handler = type("Handler", (_Handler,), {"state": state})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", state
-    finally:
-        server.shutdown()
-        server.server_close()
+    with LoopbackServer(type("Handler", (_Handler,), {"state": state})) as server:
+        yield server.url, state
 
 
 def test_sglang_backend_row_matches_what_the_server_saw(run_bench_serving, sse_server):

@@ -27,7 +27,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -35,6 +34,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.net import free_port
+from tests.helpers.procs import isolated_env, run_captured, tail
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_SH = REPO / "ci" / "vllm.sh"
@@ -45,42 +47,26 @@ READY_TIMEOUT_S = 420  # cold (empty torch.compile cache) on 2 busy cores: ~135 
 HOW = "Build it with `ci/vllm.sh .venv/vllm` (needs PyPI; see docs/vllm.md)."
 
 
-def _tail(text: str, n: int = 40) -> str:
-    return "\n".join((text or "").splitlines()[-n:])
-
-
 def _clean_env(extra: dict | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
-    env.update(
-        {
-            "HF_HUB_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1",
-            "PYTHONUNBUFFERED": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-        }
-    )
-    env.update(extra or {})
-    return env
+    offline = {
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    return isolated_env(offline, extra)
 
 
 @pytest.fixture(scope="session")
 def vllm_venv() -> Path:
     """.venv/vllm, built (or found up to date) by ci/vllm.sh once per session."""
     try:
-        proc = subprocess.run(
-            [str(VLLM_SH), str(VENV_LINK)],
-            cwd=REPO,
-            env=_clean_env(),
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=False,
-        )
+        proc = run_captured([str(VLLM_SH), str(VENV_LINK)], _clean_env(), 1800, cwd=REPO)
     except subprocess.TimeoutExpired as e:
-        pytest.fail(f"ci/vllm.sh ran past 1800 s:\n{_tail(str(e.stdout))}\n{_tail(str(e.stderr))}\n{HOW}")
+        pytest.fail(f"ci/vllm.sh ran past 1800 s:\n{tail(str(e.stdout))}\n{tail(str(e.stderr))}\n{HOW}")
     if proc.returncode != 0:
         pytest.fail(
-            f"ci/vllm.sh .venv/vllm exited {proc.returncode}:\n{_tail(proc.stdout)}\n{_tail(proc.stderr)}\n{HOW}",
+            f"ci/vllm.sh .venv/vllm exited {proc.returncode}:\n{tail(proc.stdout)}\n{tail(proc.stderr)}\n{HOW}",
             pytrace=False,
         )
     for exe in ("python", "vllm"):
@@ -91,25 +77,12 @@ def vllm_venv() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(vllm_venv) -> Path:
-    proc = subprocess.run(
-        [str(vllm_venv / "bin" / "python"), str(REPO / "ci" / "make_tiny_model.py"), str(MODEL_DIR)],
-        cwd=REPO,
-        env=_clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, f"make_tiny_model.py exited {proc.returncode}:\n{_tail(proc.stderr)}"
+    argv = [str(vllm_venv / "bin" / "python"), str(REPO / "ci" / "make_tiny_model.py"), str(MODEL_DIR)]
+    proc = run_captured(argv, _clean_env(), 600, cwd=REPO)
+    assert proc.returncode == 0, f"make_tiny_model.py exited {proc.returncode}:\n{tail(proc.stderr)}"
     cfg = json.loads((MODEL_DIR / "config.json").read_text())
     assert cfg["hidden_size"] // cfg["num_attention_heads"] == 32, "vLLM's CPU attention needs head_dim >= 32"
     return MODEL_DIR
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _group_pids(pgid: int) -> dict[int, str]:
@@ -139,7 +112,7 @@ class VllmServer:
     """`vllm serve` in its own session (process group), logging to a file."""
 
     def __init__(self, venv: Path, model: Path, log: Path):
-        self.port = _free_port()
+        self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = log
         self.argv = [
@@ -168,8 +141,8 @@ class VllmServer:
         self.health_seen: list[str] = []
         self.ready_after_s: float | None = None
 
-    def log_tail(self, n: int = 60) -> str:
-        return _tail(self.log.read_text(errors="replace"), n)
+    def logtail(self, n: int = 60) -> str:
+        return tail(self.log.read_text(errors="replace"), n)
 
     def request(self, path: str, body: dict | None = None, timeout: float = 60) -> tuple[int, bytes]:
         data = json.dumps(body).encode() if body is not None else None
@@ -190,7 +163,7 @@ class VllmServer:
         while True:
             rc = self.proc.poll()
             if rc is not None:
-                pytest.fail(f"vllm serve exited {rc} before /health answered 200:\n{self.log_tail()}")
+                pytest.fail(f"vllm serve exited {rc} before /health answered 200:\n{self.logtail()}")
             try:
                 status, _ = self.request("/health", timeout=5)
                 seen = f"HTTP {status}"
@@ -205,9 +178,7 @@ class VllmServer:
                 self.ready_after_s = time.monotonic() - t0
                 return
             if time.monotonic() - t0 > timeout:
-                pytest.fail(
-                    f"/health not 200 after {timeout} s (seen {self.health_seen}):\n{self.log_tail()}"
-                )
+                pytest.fail(f"/health not 200 after {timeout} s (seen {self.health_seen}):\n{self.logtail()}")
             time.sleep(0.5)
 
     def kill_group(self) -> None:
@@ -271,7 +242,7 @@ def test_ready_means_health_200_then_one_token(vllm_server):
         f"Starting vLLM server on http://127.0.0.1:{vllm_server.port}",
         "Application startup complete.",
     ):
-        assert line in log, f"missing startup line {line!r}:\n{vllm_server.log_tail()}"
+        assert line in log, f"missing startup line {line!r}:\n{vllm_server.logtail()}"
 
 
 def test_models_and_version(vllm_server):
@@ -348,7 +319,7 @@ def test_sigterm_stops_the_whole_process_group(vllm_server):
     assert len(before) >= 3, before
     vllm_server.proc.send_signal(signal.SIGTERM)  # to the main process only, as `kill <MainPID>`
     rc = vllm_server.proc.wait(timeout=60)
-    assert rc == 0, f"vllm serve exited {rc} on SIGTERM:\n{vllm_server.log_tail()}"
+    assert rc == 0, f"vllm serve exited {rc} on SIGTERM:\n{vllm_server.logtail()}"
     deadline = time.monotonic() + 20
     left = _group_pids(vllm_server.pgid)
     while left and time.monotonic() < deadline:
@@ -362,16 +333,9 @@ def test_sigterm_stops_the_whole_process_group(vllm_server):
 
 def test_committed_flags_match_the_pinned_parser(vllm_venv):
     """module_utils/sglang_layouts/data/vllm_flags.json is what the pinned vLLM's parser says."""
-    proc = subprocess.run(
-        [str(vllm_venv / "bin" / "python"), str(REPO / "ci" / "dump_vllm_flags.py")],
-        cwd="/",
-        env=_clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, _tail(proc.stderr)
+    argv = [str(vllm_venv / "bin" / "python"), str(REPO / "ci" / "dump_vllm_flags.py")]
+    proc = run_captured(argv, _clean_env(), 300, cwd="/")
+    assert proc.returncode == 0, tail(proc.stderr)
     live = json.loads(proc.stdout)
     committed = json.loads(
         (REPO / "module_utils" / "sglang_layouts" / "data" / "vllm_flags.json").read_text()

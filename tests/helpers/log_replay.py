@@ -13,17 +13,17 @@ alive until the exit line. The gate (health.wait_ready) reads all of it like a r
 
 from __future__ import annotations
 
-import json
 import re
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from sglang_layouts import health, logclass
+
+from tests.helpers.fake_http import JsonHandler, LoopbackServer
+from tests.helpers.net import free_port
 
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[ .,][^\]]*)?\] ")
 EXIT = re.compile(r"^\[device_run\] server exited rc=(\d+)")
@@ -85,44 +85,26 @@ def shorten(events: list[Event], max_gap: float | None) -> list[Event]:
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     replay: Replay
-
-    def log_message(self, *args):  # quiet
-        pass
-
-    def _send(self, code, body):
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_GET(self):
         r = self.replay
         if self.path == "/health":
-            self._send(200 if r.ready else 503, {})
+            self._json(200 if r.ready else 503, {})
         elif self.path in ("/server_info", "/get_server_info"):
-            self._send(200, {"max_total_num_tokens": r.parsed.max_total_num_tokens, "internal_states": []})
+            self._json(200, {"max_total_num_tokens": r.parsed.max_total_num_tokens, "internal_states": []})
         elif self.path in ("/model_info", "/get_model_info"):
-            self._send(200, {"model_path": "replay"})
+            self._json(200, {"model_path": "replay"})
         else:
-            self._send(404, {"detail": "Not Found"})
+            self._json(404, {"detail": "Not Found"})
 
     def do_POST(self):
-        length = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(length)
+        self._body()
         if self.path == "/generate" and self.replay.ready:
-            self._send(200, {"text": "t1", "meta_info": {"completion_tokens": 1}})
+            self._json(200, {"text": "t1", "meta_info": {"completion_tokens": 1}})
         else:
-            self._send(503, {})
+            self._json(503, {})
 
 
 class Replay:
@@ -136,7 +118,7 @@ class Replay:
         self.ready = False
         self.exited: int | None = None
         self.written: dict[int, float] = {}  # event index -> monotonic time it was written
-        self.server: ThreadingHTTPServer | None = None
+        self.server: LoopbackServer | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._stop = threading.Event()
         self.t0 = None
@@ -152,9 +134,7 @@ class Replay:
         return self
 
     def _serve(self):
-        handler = type("H", (_Handler,), {"replay": self})
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = LoopbackServer(type("H", (_Handler,), {"replay": self}), self.port)
 
     def _run(self):
         with self.log_file.open("a") as log:
@@ -196,8 +176,7 @@ class Replay:
     def close(self):
         self._stop.set()
         if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+            self.server.close()
 
 
 def gate(replay: Replay, **kw) -> tuple[dict | None, health.HealthFailure | None, float]:

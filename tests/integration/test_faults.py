@@ -6,22 +6,16 @@ import errno
 import json
 import os
 import signal
-import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from sglang_layouts import bench, health, results
 
 from sglang_sim.launcher import SimProcess
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.helpers.demo import FAST_DECODE
+from tests.helpers.fake_http import JsonHandler, LoopbackServer
+from tests.helpers.net import free_port, listening
 
 
 def _cfg(url, levels, **kw):
@@ -48,7 +42,7 @@ class _Alive:
 
 
 def test_engine_killed_mid_benchmark_stops_the_ladder_at_that_level():
-    with SimProcess(["--tp-size", "8"], env={"SGLANG_SIM_DECODE_STEP_MS": "2"}) as s:
+    with SimProcess(["--tp-size", "8"], env=FAST_DECODE) as s:
         s.wait_ready()
         lines = []
 
@@ -66,7 +60,7 @@ def test_engine_killed_mid_benchmark_stops_the_ladder_at_that_level():
 
 
 def test_engine_hung_by_sigstop_mid_benchmark_is_found_hung():
-    with SimProcess(["--tp-size", "8"], env={"SGLANG_SIM_DECODE_STEP_MS": "2"}) as s:
+    with SimProcess(["--tp-size", "8"], env=FAST_DECODE) as s:
         s.wait_ready()
 
         def progress(line):
@@ -87,23 +81,14 @@ def test_engine_hung_by_sigstop_mid_benchmark_is_found_hung():
 def test_a_server_that_only_refuses_requests_is_not_taken_for_dead():
     """Failed requests while GET /health answers 200: the ladder goes on (the failures are figures)."""
 
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
+    class H(JsonHandler):
         def do_GET(self):
-            self.send_response(200)
-            self.end_headers()
+            self._json(200)
 
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        cfg = {"url": f"http://127.0.0.1:{srv.server_port}"}
+    with LoopbackServer(H) as srv:
+        cfg = {"url": srv.url}
         assert bench.level_server_died(cfg, {"concurrency": 4, "failed": 3}) is None
         assert bench.level_server_died({"url": "http://127.0.0.1:9"}, {"concurrency": 4, "failed": 0}) is None
-    finally:
-        srv.shutdown()
-        srv.server_close()
     died = bench.level_server_died(cfg, {"concurrency": 4, "failed": 3})
     assert died and died["concurrency"] == 4 and not died["hung"]
 
@@ -128,11 +113,8 @@ def test_engine_hung_by_sigstop_during_the_gate_is_a_ready_timeout(tmp_path):
 
 
 def test_port_held_by_a_foreign_server_is_refused_in_preflight():
-    api, metrics = _free_port(), _free_port()
-    with socket.socket() as foreign:
-        foreign.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        foreign.bind(("127.0.0.1", metrics))
-        foreign.listen()
+    api, metrics = free_port(), free_port()
+    with listening(metrics):
         problems = health.preflight("fits", [], False, None, "127.0.0.1", api, False, ports=[metrics])
     assert len(problems) == 1 and f"port {metrics} on 127.0.0.1 is in use" in problems[0]
     assert health.preflight("fits", [], False, None, "127.0.0.1", api, False, ports=[metrics]) == []
@@ -151,7 +133,7 @@ def test_preflight_names_the_folder_the_service_user_cannot_enter(tmp_path, repo
         False,
         None,
         "127.0.0.1",
-        _free_port(),
+        free_port(),
         False,
         read_as="nobody",
         read_paths=[str(private / "models")],

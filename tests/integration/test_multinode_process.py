@@ -11,25 +11,18 @@ nodes; rank 0's address is 127.0.0.1 and the rendezvous port a free one.
 import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = REPO / ".venv" / "bin"
+from tests.helpers.net import free_port, listening
+from tests.helpers.playbook import REPO, failed_messages, run_playbook
+
 UNIT = "sglang-kimi-k2-6-tp16-2n.service"
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the supervisor reads /proc")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -81,50 +74,16 @@ def env():
         host.update(common)
     inventory = root / "hosts.yml"
     inventory.write_text(json.dumps({"sglang_hosts": {"hosts": hosts}}))
-    e = dict(os.environ)
-    e.update(
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
-        ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.json",
-        ANSIBLE_CACHE_PLUGIN="memory",
-        ANSIBLE_COLLECTIONS_PATH=str(REPO / ".venv" / "collections"),
-        PATH=f"{VENV_BIN}:{e.get('PATH', '')}",
-    )
-    yield {"env": e, "inventory": inventory, "root": root, "hosts": hosts}
-    run(e, inventory, "stop.yml")
+    yield {"inventory": inventory, "root": root, "hosts": hosts}
+    run(inventory, "stop.yml")
     shutil.rmtree(root, ignore_errors=True)
 
 
-def run(env, inventory, playbook, *args):
+def run(inventory, playbook, **extra):
     # extra vars: the controller's plays (run id, report) read the results directory too
-    results = json.dumps({"sglang_results_dir": str(Path(inventory).parent / "results")})
-    cmd = [
-        str(VENV_BIN / "ansible-playbook"),
-        "-i",
-        str(inventory),
-        str(REPO / "playbooks" / playbook),
-        "-e",
-        results,
-        *args,
-    ]
-    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    try:
-        out = json.loads(p.stdout)
-    except ValueError:
-        pytest.fail(
-            f"no JSON from ansible-playbook (rc {p.returncode}): {p.stdout[-2000:]} {p.stderr[-2000:]}"
-        )
-    return p.returncode, out
-
-
-def failures(out):
-    return [
-        f"{host}: {task['task']['name']}: {res.get('msg')}"
-        for play in out["plays"]
-        for task in play["tasks"]
-        for host, res in task["hosts"].items()
-        if res.get("failed")
-    ]
+    root = Path(inventory).parent
+    extra = {"sglang_results_dir": str(root / "results"), **extra}
+    return run_playbook(playbook, root / "runner", inventory=str(inventory), extravars=extra)
 
 
 def pids(root):
@@ -132,8 +91,8 @@ def pids(root):
 
 
 def test_sweep_runs_the_two_nodes_together(env):
-    rc, out = run(env["env"], env["inventory"], "sweep.yml", "-e", "run_id=mn-it")
-    assert rc == 0, failures(out)
+    r = run(env["inventory"], "sweep.yml", run_id="mn-it")
+    assert r.rc == 0, failed_messages(r)
     records = sorted(
         p.relative_to(env["root"] / "results" / "mn-it")
         for p in (env["root"] / "results" / "mn-it").rglob("*.json")
@@ -147,12 +106,10 @@ def test_sweep_runs_the_two_nodes_together(env):
 
 def test_a_refused_node_fails_both_before_any_start(env):
     port_b = env["hosts"]["node-b"]["sglang_base_port"]
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", port_b))
-        busy.listen()
-        rc, out = run(env["env"], env["inventory"], "deploy.yml", "-e", "layout=tp16-2n")
-    assert rc != 0
-    msgs = failures(out)
+    with listening(port_b):
+        r = run(env["inventory"], "deploy.yml", layout="tp16-2n")
+    assert r.rc != 0
+    msgs = failed_messages(r)
     barrier = [m for m in msgs if "Every node of the layout passed preflight" in m]
     assert {m.split(":")[0] for m in barrier} == {"node-a", "node-b"}, msgs
     assert all("refused on node-b" in m and f"port {port_b}" in m for m in barrier), barrier
@@ -161,12 +118,10 @@ def test_a_refused_node_fails_both_before_any_start(env):
 
 def test_sweep_records_a_failed_node_with_its_class_and_host(env):
     port_b = env["hosts"]["node-b"]["sglang_base_port"]
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", port_b))
-        busy.listen()
-        rc, out = run(env["env"], env["inventory"], "sweep.yml", "-e", "run_id=mn-it-failed")
+    with listening(port_b):
+        r = run(env["inventory"], "sweep.yml", run_id="mn-it-failed")
     # the one layout failed: a sweep that measured nothing exits non-zero, after storing its record
-    assert rc != 0 and any("could be measured" in f for f in failures(out)), failures(out)
+    assert r.rc != 0 and any("could be measured" in f for f in failed_messages(r)), failed_messages(r)
     folder = env["root"] / "results" / "mn-it-failed"
     assert not (folder / "node-b").exists(), "one record per layout, under node rank 0"
     record = json.loads((folder / "node-a" / "tp16-2n.json").read_text())

@@ -4,7 +4,8 @@ import json
 
 import pytest
 import yaml
-from conftest import REPO, failed_messages
+
+from tests.helpers.playbook import REPO, failed_messages
 
 INVENTORIES = sorted(p.name for p in (REPO / "inventory").iterdir() if (p / "hosts.yml").exists())
 SHARED = yaml.safe_load((REPO / "group_vars" / "all" / "engine.yml").read_text())

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = REPO / ".venv" / "bin"
+from tests.helpers.net import free_port
+from tests.helpers.playbook import REPO, failed_messages, run_playbook, task_results
+
 LAYOUT = "tp4x2"
 UNITS = {
     "router": f"sglang-kimi-k2-6-{LAYOUT}-router.service",
@@ -38,9 +39,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the supervisor 
 def free_base_port():
     """A port P with P+1, P+2 (replicas) and P+1000 (the router's Prometheus listener) free too."""
     for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
+        base = free_port()
         if base + 1000 > 65000:
             continue
         try:
@@ -65,15 +64,7 @@ def env():
     run_dir = Path(tempfile.mkdtemp(prefix="sglang-replicas-it-"))
     os.chmod(run_dir, 0o755)
     port = free_base_port()
-    e = dict(os.environ)
-    e.update(
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
-        ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.json",
-        ANSIBLE_CACHE_PLUGIN="memory",
-        ANSIBLE_COLLECTIONS_PATH=str(REPO / ".venv" / "collections"),
-        PATH=f"{VENV_BIN}:{e.get('PATH', '')}",
-    )
+    runner = Path(tempfile.mkdtemp(prefix="sglang-replicas-runner-"))
     extra = {
         "sglang_run_dir": str(run_dir),
         "sglang_results_dir": str(run_dir / "results"),
@@ -88,46 +79,14 @@ def env():
         "sglang_bench_num_prompts": 16,
         "sglang_report_plots": False,
     }
-    yield {"env": e, "extra": extra, "run_dir": run_dir, "port": port}
-    run(e, extra, "stop.yml")
+    yield {"runner": runner, "extra": extra, "run_dir": run_dir, "port": port}
+    run(runner, extra, "stop.yml")
     shutil.rmtree(run_dir, ignore_errors=True)
+    shutil.rmtree(runner, ignore_errors=True)
 
 
-def run(env, extra, playbook, *args):
-    cmd = [
-        str(VENV_BIN / "ansible-playbook"),
-        "-i",
-        str(REPO / "inventory" / "demo"),
-        str(REPO / "playbooks" / playbook),
-        "-e",
-        json.dumps(extra),
-        *args,
-    ]
-    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    try:
-        out = json.loads(p.stdout)
-    except ValueError:
-        pytest.fail(
-            f"no JSON from ansible-playbook (rc {p.returncode}): {p.stdout[-2000:]} {p.stderr[-2000:]}"
-        )
-    return p.returncode, out
-
-
-def results(out, name_part):
-    for play in out["plays"]:
-        for task in play["tasks"]:
-            if name_part in task["task"]["name"]:
-                yield from task["hosts"].values()
-
-
-def failures(out):
-    return [
-        f"{task['task']['name']}: {res.get('msg')}"
-        for play in out["plays"]
-        for task in play["tasks"]
-        for res in task["hosts"].values()
-        if res.get("failed")
-    ]
+def run(runner, extra, playbook):
+    return run_playbook(playbook, runner, extravars=extra)
 
 
 def pid_of(run_dir, unit):
@@ -164,10 +123,10 @@ def prefill_lines(run_dir, unit):
 
 
 def test_replicas_behind_the_router(env):
-    e, extra, run_dir, port = env["env"], env["extra"], env["run_dir"], env["port"]
+    e, extra, run_dir, port = env["runner"], env["extra"], env["run_dir"], env["port"]
 
-    rc, out = run(e, extra, "deploy.yml", "-e", f"layout={LAYOUT}")
-    assert rc == 0, failures(out)
+    r = run(e, {**extra, "layout": LAYOUT}, "deploy.yml")
+    assert r.rc == 0, failed_messages(r)
     # two replicas on their own GPU blocks and ports, the router on the layout's port
     pids = {k: pid_of(run_dir, u) for k, u in UNITS.items()}
     assert all(pids.values()), pids
@@ -176,21 +135,21 @@ def test_replicas_behind_the_router(env):
     workers = get_json(f"http://127.0.0.1:{port}/workers")
     healthy = sorted(w["url"] for w in workers["workers"] if w["is_healthy"])
     assert healthy == [f"http://127.0.0.1:{port + 1}", f"http://127.0.0.1:{port + 2}"], workers
-    facts = next(r for r in results(out, "Facts | Measured readiness"))["ansible_facts"]
+    facts = next(task_results(r, "Facts | Measured readiness"))["ansible_facts"]
     assert facts["sglang_service_current"]["url"] == f"http://127.0.0.1:{port}"
     assert facts["sglang_health"]["max_total_num_tokens"] > 0
 
     before = {k: prefill_lines(run_dir, UNITS[k]) for k in ("r0", "r1")}
-    rc, out = run(e, extra, "bench.yml", "-e", f"layout={LAYOUT}", "-e", "run_id=replicas-it")
-    assert rc == 0, failures(out)
+    r = run(e, {**extra, "layout": LAYOUT, "run_id": "replicas-it"}, "bench.yml")
+    assert r.rc == 0, failed_messages(r)
     record = json.loads((run_dir / "results" / "replicas-it" / "seed-box" / f"{LAYOUT}.json").read_text())
     assert record["status"] == "ok", record.get("summary")
     assert record["summary"]["failed"] == 0
     served = {k: prefill_lines(run_dir, UNITS[k]) - before[k] for k in ("r0", "r1")}
     assert served["r0"] > 0 and served["r1"] > 0, f"both replicas serve through the router: {served}"
 
-    rc, out = run(e, extra, "stop.yml")
-    assert rc == 0, failures(out)
+    r = run(e, extra, "stop.yml")
+    assert r.rc == 0, failed_messages(r)
     for unit in UNITS.values():
         assert pid_of(run_dir, unit) is None, unit
     for p in (port, port + 1, port + 2):
@@ -201,13 +160,15 @@ def test_replicas_behind_the_router(env):
 def test_sweep_measures_the_replica_layout_like_any_other(env):
     """The same per-layout flow as every layout: deploy, bench through the router, check every
     replica and the router, stop; one record with the layout's plan (replicas, router)."""
-    e, extra, run_dir = env["env"], env["extra"], env["run_dir"]
-    rc, out = run(e, extra, "sweep.yml", "-e", "run_id=replicas-sweep")
-    assert rc == 0, failures(out)
+    e, extra, run_dir = env["runner"], env["extra"], env["run_dir"]
+    r = run(e, {**extra, "run_id": "replicas-sweep"}, "sweep.yml")
+    assert r.rc == 0, failed_messages(r)
     record = json.loads((run_dir / "results" / "replicas-sweep" / "seed-box" / f"{LAYOUT}.json").read_text())
     assert record["status"] == "ok", record.get("msg")
     assert record["prediction"]["parallel"]["replicas"] == 2 and record["gpus_used"] == 8
     assert record["health"]["router"]["url"] == record["health"]["url"]
-    assert [r for r in results(out, "Check | Each unit still runs") if not r.get("skipped")], "the check ran"
+    assert [x for x in task_results(r, "Check | Each unit still runs") if not x.get("skipped")], (
+        "the check ran"
+    )
     for unit in UNITS.values():
         assert pid_of(run_dir, unit) is None, unit

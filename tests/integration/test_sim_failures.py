@@ -15,6 +15,7 @@ from sglang_layouts import logclass, planner
 
 from sglang_sim.failures import format_size
 from sglang_sim.launcher import DEFAULT_MODEL, PACKAGE_ROOT, SimProcess
+from tests.helpers.demo import FAST_DECODE, kimi_plan
 
 GIB = 1 << 30
 
@@ -32,15 +33,9 @@ def classify(text: str) -> str | None:
     return m.cls if m else None
 
 
-def plan_of(**layout) -> tuple:
-    spec = planner.load_model({"name": "kimi-k2.6", "path": str(DEFAULT_MODEL)})
-    hw = {"gpu_count": 8, "gpu_memory_gib": 94.97, "gpu_interconnect": "pcie"}
-    return spec, planner.plan_layout({"name": "t", **layout}, spec, hw, {})
-
-
 def test_tp4_ep2_dies_of_cuda_oom_with_the_plans_figures():
     """The reported incident: --tp-size 4 --ep-size 2 on 8 x 94.97 GiB."""
-    spec, plan = plan_of(tp=4, ep=2)
+    spec, plan = kimi_plan(tp=4, ep=2)
     assert plan["failure"] == "oom_at_load"
     with SimProcess(["--tp-size", "4", "--ep-size", "2"], env={"SGLANG_SIM_LOAD_SECONDS": "0.5"}) as s:
         s.wait_for_line("Load weight begin")
@@ -87,7 +82,7 @@ def test_ep_greater_than_tp_is_a_zero_division():
 
 
 def test_weights_fit_but_no_kv_cache():
-    _, plan = plan_of(tp=8)
+    _, plan = kimi_plan(tp=8)
     low = round(plan["weights_gib_per_gpu"] / 94.97 - 0.02, 2)  # budget below the weights
     with SimProcess(["--tp-size", "8", "--mem-fraction-static", str(low)]) as s:
         rc = s.wait_exit()
@@ -134,11 +129,7 @@ def test_port_taken():
 
 
 def test_crash_after_n_requests():
-    env = {
-        "SGLANG_SIM_FAULT": "crash_after:2",
-        "SGLANG_SIM_DECODE_STEP_MS": "2",
-        "SGLANG_SIM_HEALTH_POLL_SECONDS": "0.05",
-    }
+    env = {**FAST_DECODE, "SGLANG_SIM_FAULT": "crash_after:2", "SGLANG_SIM_HEALTH_POLL_SECONDS": "0.05"}
     with SimProcess(["--tp-size", "8"], env=env) as s:
         s.wait_ready()
         with urllib.request.urlopen(s.url("/health"), timeout=5) as r:
@@ -156,9 +147,7 @@ def test_crash_after_n_requests():
 
 
 def test_hang_keeps_port_open_and_stops_answering():
-    with SimProcess(
-        ["--tp-size", "8"], env={"SGLANG_SIM_FAULT": "hang_after:1", "SGLANG_SIM_DECODE_STEP_MS": "2"}
-    ) as s:
+    with SimProcess(["--tp-size", "8"], env={**FAST_DECODE, "SGLANG_SIM_FAULT": "hang_after:1"}) as s:
         s.wait_ready()
         generate(s.url("/generate"))
         with socket.create_connection(("127.0.0.1", s.port), timeout=2):
@@ -170,9 +159,9 @@ def test_hang_keeps_port_open_and_stops_answering():
 
 def test_nccl_watchdog_timeout():
     env = {
+        **FAST_DECODE,
         "SGLANG_SIM_FAULT": "nccl_timeout_after:1",
         "SGLANG_SIM_NCCL_TIMEOUT_SECONDS": "0.3",
-        "SGLANG_SIM_DECODE_STEP_MS": "2",
     }
     with SimProcess(["--tp-size", "8"], env=env) as s:
         s.wait_ready()

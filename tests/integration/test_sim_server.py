@@ -12,9 +12,9 @@ import urllib.error
 import urllib.request
 
 import pytest
-from sglang_layouts import planner
 
 from sglang_sim.launcher import DEFAULT_MODEL, SimProcess
+from tests.helpers.demo import kimi_plan
 
 
 def get(url: str, timeout: float = 10.0):
@@ -49,12 +49,6 @@ def sse(url: str, body: dict, timeout: float = 30.0) -> list[tuple[float, str]]:
             if line.startswith("data: "):
                 events.append((time.monotonic(), line[6:]))
     return events
-
-
-def kimi_plan(**layout) -> dict:
-    spec = planner.load_model({"name": "kimi-k2.6", "path": str(DEFAULT_MODEL)})
-    hardware = {"gpu_count": 8, "gpu_memory_gib": 94.97, "gpu_interconnect": "pcie"}
-    return planner.plan_layout({"name": "t", **layout}, spec, hardware, {})
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +101,7 @@ def test_startup_port_closed_while_loading_then_503_then_200():
         ]
         positions = [text.index(x) for x in order]
         assert positions == sorted(positions)
-        plan = kimi_plan(tp=8)
+        _, plan = kimi_plan(tp=8)
         assert f"#tokens: {plan['kv_tokens']}, KV size:" in text
         assert f"max_total_num_tokens={plan['kv_tokens']}," in text
         w = plan["ranks"][0]["weights_gib"]
@@ -118,7 +112,7 @@ def test_startup_port_closed_while_loading_then_503_then_200():
 def test_info_endpoints(sim):
     status, body = get(sim.url("/server_info"))
     info = json.loads(body)
-    plan = kimi_plan(tp=8)
+    _, plan = kimi_plan(tp=8)
     assert status == 200
     assert info["tp_size"] == 8 and info["ep_size"] == 1
     assert info["max_total_num_tokens"] == plan["kv_tokens"]

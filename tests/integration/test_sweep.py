@@ -7,14 +7,14 @@ import json
 import os
 import shutil
 import signal
-import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-from conftest import REPO, failed_messages
+
+from tests.helpers.playbook import REPO, SHORT_BENCH, ansible_env, failed_messages, playbook_command
 
 # Small but real: three layouts (one fits, one oom, one invalid), two concurrency levels.
 LAYOUTS = [
@@ -22,23 +22,6 @@ LAYOUTS = [
     {"name": "tp4ep2", "tp": 4, "ep": 2},
     {"name": "tp2ep4", "tp": 2, "ep": 4},
 ]
-BENCH = {
-    "sglang_bench_concurrency": [1, 4],
-    "sglang_bench_input_len": 32,
-    "sglang_bench_output_len": 8,
-    "sglang_bench_prompts_per_stream": 2,
-    "sglang_bench_min_prompts": 3,
-}
-
-
-@pytest.fixture
-def run_dir():
-    """The engine runs as the unprivileged service user: its files cannot live under pytest's 0700 tmp."""
-    (REPO / "build").mkdir(exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix="test-sweep-", dir=REPO / "build"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def fact_cache(runner, host):
@@ -67,7 +50,7 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir):
     results = tmp_path / "results"
     run_id = f"it-{uuid.uuid4().hex[:8]}"
     base = {
-        **BENCH,
+        **SHORT_BENCH,
         "run_id": run_id,
         "sglang_layouts": LAYOUTS,
         "sglang_results_dir": str(results),
@@ -157,7 +140,13 @@ def test_bench_playbook_measures_the_deployed_layout(run_playbook, tmp_path, run
         r2 = run_playbook(
             "bench.yml",
             ident="bench",
-            extravars={**common, **BENCH, **rates, "sglang_results_dir": str(results), "run_id": "bench-it"},
+            extravars={
+                **common,
+                **SHORT_BENCH,
+                **rates,
+                "sglang_results_dir": str(results),
+                "run_id": "bench-it",
+            },
         )
         assert r2.status == "successful", failed_messages(r2)
     finally:
@@ -212,7 +201,7 @@ def test_engine_killed_mid_benchmark_is_one_record_with_the_levels_before(run_pl
         r = run_playbook(
             "sweep.yml",
             extravars={
-                **BENCH,
+                **SHORT_BENCH,
                 "sglang_bench_concurrency": [1, 4, 16, 64],
                 "run_id": "killed",
                 "sglang_layouts": LAYOUTS,
@@ -282,27 +271,15 @@ def test_ctrl_c_in_the_middle_of_a_layout_then_the_same_run_id_resumes(run_playb
 
     results = tmp_path / "results"
     extra = {
-        **BENCH,
+        **SHORT_BENCH,
         "run_id": "ctrl-c",
         "sglang_layouts": [LAYOUTS[0], {"name": "ep8", "tp": 8, "ep": 8}],
         "sglang_results_dir": str(results),
         "sglang_run_dir": str(run_dir),
     }
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".venv" / "collections"),
-        "ANSIBLE_CACHE_PLUGIN": "memory",
-        "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}",
-    }
-    cmd = [
-        str(REPO / ".venv" / "bin" / "ansible-playbook"),
-        "-i",
-        str(REPO / "inventory" / "demo"),
-        str(REPO / "playbooks" / "sweep.yml"),
-        "-e",
-        json.dumps(extra),
-    ]
+    # ansible-playbook itself, not ansible-runner: the test signals its process group as a terminal does
+    env = {**os.environ, **ansible_env(), "ANSIBLE_CACHE_PLUGIN": "memory"}
+    cmd = playbook_command("sweep.yml", extravars=extra)
     p = subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )

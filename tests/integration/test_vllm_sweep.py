@@ -17,16 +17,16 @@ import json
 import os
 import pwd
 import shutil
-import socket
 import subprocess
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, failed_messages
+
+from tests.helpers.net import free_port
+from tests.helpers.playbook import REPO, SHORT_BENCH, failed_messages
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -36,10 +36,8 @@ HOST = "cpu-box"
 LAYOUT = "cpu-tp1"
 SIM_LAYOUT = "sim-tp1"
 BENCH = {
-    "sglang_bench_concurrency": [1, 4],
-    "sglang_bench_input_len": 32,
+    **SHORT_BENCH,
     "sglang_bench_output_len": 16,
-    "sglang_bench_prompts_per_stream": 2,
     "sglang_bench_min_prompts": 4,
     "sglang_bench_warmup": 1,
     # vLLM has no /flush_cache (docs/vllm.md, HTTP API)
@@ -47,12 +45,6 @@ BENCH = {
     # the tiny model's vocabulary: vLLM rejects prompt token ids outside it
     "sglang_bench_vocab_size": 1024,
 }
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _bench_api():
@@ -92,16 +84,6 @@ def vllm():
         except KeyError:
             os.chmod(cache, 0o1777)  # the role creates the user later; it can then create its files
     return {"venv_s": round(t_venv, 1), "cache": cache}
-
-
-@pytest.fixture
-def run_dir():
-    """The engine runs as the unprivileged service user: its files cannot live under pytest's 0700 tmp."""
-    (REPO / "build").mkdir(exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix="test-vllm-", dir=REPO / "build"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _inventory(tmp_path, cache):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from bench_fake_server import FakeServer
 from sglang_layouts import bench, bench_common
+
+from tests.helpers.bench_server import FakeServer
 
 
 def test_percentile_matches_numpy_linear_method():

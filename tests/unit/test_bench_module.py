@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from bench_fake_server import FakeServer
+
+from tests.helpers import ansible_module
+from tests.helpers.bench_server import FakeServer
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE = Path(sys.executable).with_name("ansible")
@@ -25,20 +26,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def run_module(tmp_path, module, args: dict, python=HOST_PY, check=False):
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_STDOUT_CALLBACK="json",
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
-        ANSIBLE_CACHE_PLUGIN="memory",
-    )
-    cmd = [str(ANSIBLE), "localhost", "-i", "localhost,", "-c", "local", "-m", module, "-a", json.dumps(args)]
-    cmd += ["-e", f"ansible_python_interpreter={python}"] + (["--check"] if check else [])
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert "{" in proc.stdout, f"no JSON from ansible: {proc.stdout}\n{proc.stderr}"
-    out = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{") :])[0]
-    return out["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return ansible_module.run_module(tmp_path, module, args, python, ["--check"] if check else [])
 
 
 def test_module_measures_under_the_bare_host_python(tmp_path):

@@ -1,6 +1,6 @@
 """Request-rate levels, datasets, SLOs, the SLO search and telemetry of the load generator.
 
-Real loopback HTTP (bench_fake_server); no timing targets (benchmarks/bench_rate.py prints those)."""
+Real loopback HTTP (tests/helpers/bench_server.py); no timing targets (benchmarks/bench_rate.py prints those)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import statistics
 from pathlib import Path
 
 import pytest
-from bench_fake_server import FakeServer
 from sglang_layouts import bench, bench_common, bench_schedule, bench_slo, bench_telemetry
+
+from tests.helpers.bench_server import FakeServer
 
 SHAREGPT = Path(__file__).resolve().parents[1] / "fixtures" / "sharegpt" / "small.json"
 

@@ -6,13 +6,13 @@ itself is run by ansible-core with a fake nvidia-smi that replays them byte for 
 """
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from sglang_layouts import gpu, planner
+
+from tests.helpers import ansible_module
+from tests.helpers.gpu_fakes import fake_nvidia_smi
 
 REPO = Path(__file__).resolve().parents[2]
 D = REPO / "tests" / "fixtures" / "gpu" / "h200-2gpu"
@@ -111,49 +111,13 @@ def test_planner_on_the_real_facts():
     assert tp2["weights_gib_per_gpu"] == by_name["tp2"]["weights_gib_per_gpu"]
 
 
-ANSIBLE = Path(sys.executable).with_name("ansible")
-
-
-@pytest.mark.skipif(not ANSIBLE.exists(), reason="ansible-core is not installed beside this python")
+@pytest.mark.skipif(
+    not ansible_module.ANSIBLE.exists(), reason="ansible-core is not installed beside this python"
+)
 def test_module_on_the_recorded_host(tmp_path):
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text(
-        "#!/bin/sh\n"
-        'case "$*" in\n'
-        f'  "-q -x") cat "{D}/nvidia-smi-q.xml" ;;\n'
-        f'  --query-compute-apps=*) cat "{D}/compute-apps-full.csv" ;;\n'
-        f'  "topo -m") cat "{D}/topo-m.txt" ;;\n'
-        '  *) echo "fake nvidia-smi: unexpected arguments: $*" >&2; exit 2 ;;\n'
-        "esac\n"
-    )
-    smi.chmod(0o755)
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_STDOUT_CALLBACK="json",
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
-        ANSIBLE_CACHE_PLUGIN="memory",
-    )
-    cmd = [
-        str(ANSIBLE),
-        "localhost",
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        "-m",
-        "gpu_facts",
-        "-a",
-        f"nvidia_smi={smi}",
-    ]
-    cmd += ["-e", f"ansible_python_interpreter={sys.executable}"]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    # profile_tasks (ansible.cfg) prints timing lines around the json callback's document
-    assert "{" in proc.stdout, proc.stdout + proc.stderr
-    doc = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{") :])[0]
-    result = doc["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    assert proc.returncode == 0 and not result.get("failed"), result
+    smi = fake_nvidia_smi(tmp_path / "nvidia-smi", D)
+    result = ansible_module.run_module(tmp_path, "gpu_facts", f"nvidia_smi={smi}", check_rc=True)
+    assert not result.get("failed"), result
     got = result["ansible_facts"]
     assert got["gpu_count"] == 2 and got["gpu_memory_gib"] == 139.8
     assert got["gpu_interconnect"] == "nvlink"

@@ -7,42 +7,28 @@ The venv part is covered by molecule/provision (it installs GBs).
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.gpu_fakes import fake_nvidia_smi, write_script
+from tests.helpers.playbook import REPO, VENV_BIN, run_playbook
+
 H200 = REPO / "tests" / "fixtures" / "gpu" / "h200-1gpu"
-PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
 
 pytestmark = pytest.mark.skipif(
-    not PLAYBOOK.exists(), reason="ansible-core is not installed beside this python"
+    not (VENV_BIN / "ansible-playbook").exists(), reason="ansible-core is not installed in .venv"
 )
-
-SMI = """#!/bin/sh
-case "$*" in
-  "-q -x") cat "{d}/nvidia-smi-q.xml" ;;
-  --query-compute-apps=*) cat "{d}/compute-apps-full.csv" ;;
-  "topo -m") cat "{d}/topo-m.txt" ;;
-  "--query-gpu=driver_version --format=csv,noheader") echo "{driver}" ;;
-  *) echo "fake nvidia-smi: unexpected arguments: $*" >&2; exit 2 ;;
-esac
-"""
 
 
 def setup(tmp_path: Path, driver: str = "580.159.04", nvcc: str | None = None) -> dict:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text(SMI.format(d=H200, driver=driver))
-    smi.chmod(0o755)
+    fake_nvidia_smi(bin_dir / "nvidia-smi", H200, driver=driver)
     cuda = tmp_path / "cuda"
     (cuda / "bin").mkdir(parents=True)
-    fake_nvcc = cuda / "bin" / "nvcc"
-    fake_nvcc.write_text(f"#!/bin/sh\ncat '{nvcc or H200 / 'nvcc.txt'}'\n")
-    fake_nvcc.chmod(0o755)
+    write_script(cuda / "bin" / "nvcc", f"#!/bin/sh\ncat '{nvcc or H200 / 'nvcc.txt'}'\n")
     inv = tmp_path / "hosts.yml"
     inv.write_text(
         json.dumps(
@@ -70,26 +56,28 @@ def plain(value):
     return value["value"] if isinstance(value, dict) and "__ansible_type" in value else value
 
 
-def provision(tmp_path: Path, env: dict, *args: str) -> tuple[int, str]:
-    penv = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_CACHE_PLUGIN="jsonfile",  # as ansible.cfg, but in tmp_path
-        ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"),
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
-        ANSIBLE_FORCE_COLOR="0",
-        ANSIBLE_CALLBACK_RESULT_FORMAT="json",  # one line per value: long paths are not wrapped
-        PATH=f"{env['bin']}:{os.environ['PATH']}",
+def provision(tmp_path: Path, env: dict, check: bool = False, **extravars):
+    """provision.yml's GPU parts; returns (rc, the playbook's output, the runner's fact cache folder)."""
+    r = run_playbook(
+        "provision.yml",
+        tmp_path / "runner",
+        inventory=str(env["inv"]),
+        extravars={"cuda_method": "existing", "cuda_existing_home": str(env["cuda"]), **extravars},
+        envvars={
+            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
+            "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",  # one line per value: long paths are not wrapped
+            "PATH": f"{env['bin']}{os.pathsep}{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
+        },
+        tags="gpu_facts,cuda",
+        cmdline="--check" if check else None,
+        timeout=300,
     )
-    cmd = [str(PLAYBOOK), "-i", str(env["inv"]), "playbooks/provision.yml", "--tags", "gpu_facts,cuda"]
-    cmd += ["-e", "cuda_method=existing", "-e", f"cuda_existing_home={env['cuda']}", *args]
-    proc = subprocess.run(cmd, cwd=REPO, env=penv, capture_output=True, text=True, timeout=300)
-    return proc.returncode, proc.stdout + proc.stderr
+    return r.rc, r.stdout.read(), Path(r.config.fact_cache)
 
 
 def test_facts_outrank_inventory_and_cuda_existing_passes(tmp_path):
     env = setup(tmp_path)
-    rc, out = provision(tmp_path, env)
+    rc, out, facts = provision(tmp_path, env)
     assert rc == 0, out
     # The summary shows the recorded GPU, not the inventory's 8 x 94.97 GiB PCIe.
     assert "1 x NVIDIA H200 (139.8 GiB, none)" in out
@@ -97,7 +85,7 @@ def test_facts_outrank_inventory_and_cuda_existing_passes(tmp_path):
     assert f"nvcc in {env['cuda']} is release 13.0" in out
     assert f'"cuda_home": "{env["cuda"]}"' in out
     # deploy.yml is a later run: it reads these from the fact cache.
-    (cache_file,) = (tmp_path / "facts").glob("*gpu-host")  # ansible-core 2.19 names it s1_gpu-host
+    (cache_file,) = facts.glob("*gpu-host")  # ansible-core 2.19 names it s1_gpu-host
     cached = json.loads(cache_file.read_text())
     cached = json.loads(cached["__payload__"]) if "__payload__" in cached else cached
     assert plain(cached["cuda_home"]) == str(env["cuda"])
@@ -107,7 +95,7 @@ def test_facts_outrank_inventory_and_cuda_existing_passes(tmp_path):
 
 def test_check_mode_runs_the_same_reads(tmp_path):
     env = setup(tmp_path)
-    rc, out = provision(tmp_path, env, "--check")
+    rc, out, _ = provision(tmp_path, env, check=True)
     assert rc == 0, out
     assert "1 x NVIDIA H200 (139.8 GiB, none)" in out
     assert "changed=0" in out
@@ -115,7 +103,7 @@ def test_check_mode_runs_the_same_reads(tmp_path):
 
 def test_old_driver_is_refused_clearly(tmp_path):
     env = setup(tmp_path, driver="535.104.05")
-    rc, out = provision(tmp_path, env)
+    rc, out, _ = provision(tmp_path, env)
     assert rc != 0
     assert "The NVIDIA driver 535.104.05 on gpu-host is too old for CUDA 13.0: it needs >= 580.65.06" in out
 
@@ -126,7 +114,7 @@ def test_wrong_nvcc_release_is_refused(tmp_path):
         (H200 / "nvcc.txt").read_text().replace("release 13.0, V13.0.88", "release 12.8, V12.8.93")
     )
     env = setup(tmp_path, nvcc=str(other))
-    rc, out = provision(tmp_path, env)
+    rc, out, _ = provision(tmp_path, env)
     assert rc != 0
     assert "nvcc is release 12.8" in out
     assert "not 13.0" in out
@@ -137,7 +125,7 @@ def test_sim_hosts_are_skipped(tmp_path):
     env["inv"].write_text(
         env["inv"].read_text().replace('"sglang_engine": "sglang"', '"sglang_engine": "sim"')
     )
-    rc, out = provision(tmp_path, env)
+    rc, out, _ = provision(tmp_path, env)
     assert rc == 0, out
     assert "sglang_engine is sim: nothing to provision" in out
     assert "Read the GPUs" not in out
@@ -145,7 +133,7 @@ def test_sim_hosts_are_skipped(tmp_path):
 
 def test_unknown_cuda_method_is_refused_before_anything(tmp_path):
     env = setup(tmp_path)
-    rc, out = provision(tmp_path, env, "-e", "cuda_method=yum")
+    rc, out, _ = provision(tmp_path, env, cuda_method="yum")
     assert rc != 0
     assert "cuda_method" in out
     assert "apt, existing, wheels" in out

@@ -3,86 +3,25 @@
 an empty body, /v1/models, a one-token /v1/completions, /version, no /server_info. The KV
 capacity comes from the start-up line in the engine's log; exits, status 0 included, fail."""
 
-import json
-import threading
 import time
-from http.server import ThreadingHTTPServer
 
 import pytest
-from sglang_layouts import health_gate, health_logs
-from test_health import (  # the fakes serve both
+from sglang_layouts import health
+
+from tests.helpers.engine_fakes import (
     Alive,
-    JsonHandler,
+    FakeVLLM,
     append_later,
-    free_port,
-    gate_fails,
-    gate_ready,
+    bring_up_later,
+    wait_from_end,
+    wait_on_closed_port,
 )
+from tests.helpers.net import free_port
 
 KV_LINE = (
     "(EngineCore pid=22227) INFO 11-29 15:40:07 [kv_cache_utils.py:2327] CPU KV cache size: 2,097,152 tokens, "
     "Maximum concurrency for 2,048 tokens per request: 1024.00x"
 )
-
-
-class FakeVLLM:
-    def __init__(self, port, served="tiny-qwen2"):
-        self.requests = []
-        outer = self
-
-        class H(JsonHandler):
-            def do_GET(self):
-                outer.requests.append(("GET", self.path, None))
-                if self.path == "/health":
-                    self._send(200)
-                elif self.path == "/v1/models":
-                    self._send(
-                        200,
-                        {
-                            "object": "list",
-                            "data": [
-                                {
-                                    "id": served,
-                                    "object": "model",
-                                    "owned_by": "vllm",
-                                    "root": "/abs/build/models/tiny-qwen2",
-                                    "parent": None,
-                                    "max_model_len": 2048,
-                                }
-                            ],
-                        },
-                    )
-                elif self.path == "/version":
-                    self._send(200, {"version": "0.32.0"})
-                else:
-                    self._send(404, {"detail": "Not Found"})
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                outer.requests.append(("POST", self.path, body))
-                if self.path == "/v1/completions" and body.get("model") == served:
-                    self._send(
-                        200,
-                        {
-                            "object": "text_completion",
-                            "model": served,
-                            "choices": [{"index": 0, "text": "!", "finish_reason": "length"}],
-                            "usage": {"prompt_tokens": 3, "total_tokens": 4, "completion_tokens": 1},
-                        },
-                    )
-                elif self.path == "/v1/completions":
-                    self._send(
-                        404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}}
-                    )
-                else:
-                    self._send(404, {"detail": "Not Found"})
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), H)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture
@@ -96,22 +35,16 @@ def log(tmp_path):
 
 
 def test_engine_from_the_unit_name():
-    assert health_gate.engine_of(None, "vllm-tiny-qwen2-cpu-tp1.service") == "vllm"
-    assert health_gate.engine_of("", "sglang-kimi-k2-6-ep8.service") == "sglang"
-    assert health_gate.engine_of("sim", "vllm-x.service") == "sim"
+    assert health.engine_of(None, "vllm-tiny-qwen2-cpu-tp1.service") == "vllm"
+    assert health.engine_of("", "sglang-kimi-k2-6-ep8.service") == "sglang"
+    assert health.engine_of("sim", "vllm-x.service") == "sim"
     with pytest.raises(ValueError):
-        health_gate.engine_of("tgi")
+        health.engine_of("tgi")
 
 
 def test_closed_port_then_ready_one_token_completion_and_facts(log):
     port = free_port()
-    server = {}
-
-    def bring_up():
-        time.sleep(0.8)  # vLLM: connection refused the whole start, never 503
-        server["s"] = FakeVLLM(port)
-
-    threading.Thread(target=bring_up, daemon=True).start()
+    server = bring_up_later(FakeVLLM, port, 0.8)  # vLLM: connection refused the whole start, never 503
     append_later(
         log,
         [
@@ -123,7 +56,7 @@ def test_closed_port_then_ready_one_token_completion_and_facts(log):
         0.3,
     )
     try:
-        facts = gate_ready(log, port, engine="vllm")
+        facts = wait_from_end(f"http://127.0.0.1:{port}", log, Alive(), timeout=20, engine="vllm")
         posts = [r for r in server["s"].requests if r[0] == "POST"]
     finally:
         server["s"].close()
@@ -151,7 +84,7 @@ def test_already_up_reads_the_kv_line_from_the_whole_log(log):
         f.write(KV_LINE + "\n")
     s = FakeVLLM(port)
     try:
-        facts = gate_ready(log, port, engine="vllm")
+        facts = wait_from_end(f"http://127.0.0.1:{port}", log, Alive(), timeout=20, engine="vllm")
     finally:
         s.close()
     assert facts["already_ready"] and facts["max_total_num_tokens"] == 2097152
@@ -181,33 +114,31 @@ def test_already_up_reads_the_kv_line_from_the_whole_log(log):
 def test_a_vllm_fatal_line_decides_while_the_process_lives(log, lines, cls):
     append_later(log, lines, 0.2)
     t0 = time.monotonic()
-    failure = gate_fails(log, Alive(), engine="vllm")
-    assert failure.failure_class == cls
-    assert failure.evidence["line"] == lines[-1]
+    with pytest.raises(health.HealthFailure) as ei:
+        wait_on_closed_port(log, Alive(), timeout=30, engine="vllm")
+    assert ei.value.failure_class == cls
+    assert ei.value.evidence["line"] == lines[-1]
     assert time.monotonic() - t0 < 2.5
 
 
-@pytest.mark.parametrize(
-    ("code", "lines", "cls", "hint"),
-    [
-        # vLLM's API server exits 0 after its engine core died: the gate did not ask for that exit
-        (0, [], "crashed", "status 0"),
-        (2, ["usage: vllm serve [model_tag] [options]"], "bad_args", "argparse"),
-    ],
-)
-def test_an_exit_without_a_fatal_line_is_classed_by_its_status(log, code, lines, cls, hint):
+def test_exit_status_zero_is_a_failure(log):
+    """vLLM's API server exits 0 after its engine core died: the gate did not ask for that exit."""
     state = Alive()
-    if lines:
-        append_later(log, lines, 0.1)
+    state.die_later(0.3, 0)
+    with pytest.raises(health.HealthFailure) as ei:
+        wait_on_closed_port(log, state, timeout=30, engine="vllm")
+    assert ei.value.failure_class == "crashed"
+    assert "status 0" in ei.value.hint
+    assert ei.value.evidence["exit_status"] == "exited with status 0"
 
-    def die():
-        time.sleep(0.3)
-        state.code, state.alive = code, False
 
-    threading.Thread(target=die, daemon=True).start()
-    failure = gate_fails(log, state, engine="vllm")
-    assert failure.failure_class == cls and hint in failure.hint
-    assert failure.evidence["exit_status"] == f"exited with status {code}"
+def test_argparse_exit_2_is_bad_args(log):
+    state = Alive()
+    append_later(log, ["usage: vllm serve [model_tag] [options]"], 0.1)
+    state.die_later(0.3, 2)
+    with pytest.raises(health.HealthFailure) as ei:
+        wait_on_closed_port(log, state, timeout=30, engine="vllm")
+    assert ei.value.failure_class == "bad_args"
 
 
 def test_engine_dead_after_start_fails_the_alive_check(log):
@@ -217,17 +148,6 @@ def test_engine_dead_after_start_fails_the_alive_check(log):
             "(APIServer pid=19036) ERROR 11-29 15:50:01 [core_client.py:610] [shutdown] MPClient: engine core "
             "exited unexpectedly; starting cleanup\n"
         )
-    with pytest.raises(health_gate.HealthFailure) as ei:
-        health_gate.check_alive(health_logs.FileFollower(str(log), off), Alive(), settle=0, engine="vllm")
+    with pytest.raises(health.HealthFailure) as ei:
+        health.check_alive(health.FileFollower(str(log), off), Alive(), settle=0, engine="vllm")
     assert ei.value.failure_class == "crashed"
-
-
-def test_the_engines_fields_drive_the_gate():
-    from sglang_layouts import engines
-
-    assert engines.engine("vllm").confirm_route == "/v1/completions"
-    assert engines.engine("sim").confirm_route == engines.engine("sglang").confirm_route == "/generate"
-    assert (engines.VLLM.kv_tokens_from, engines.SGLANG.kv_tokens_from) == ("log", "server_info")
-    assert engines.engine_of_unit("vllm-tiny-qwen2-cpu-tp1.service") == "vllm"
-    assert engines.engine_of_unit("sglang-kimi-k2-6-ep8.service") == engines.engine_of_unit(None) == "sglang"
-    assert (engines.VLLM.fraction_flag, engines.SGLANG.unit_prefix) == ("--gpu-memory-utilization", "sglang")

@@ -12,17 +12,8 @@ import pytest
 from sglang_layouts import planner
 from sglang_layouts.model import GIB, PlanError, load_model
 
-DEMO_SERVING = {
-    "mem_fraction_static": 0.88,
-    "context_length": 32768,
-    "max_running_requests": 64,
-    "attention_backend": "triton",
-    "grammar_backend": "none",
-    "trust_remote_code": True,
-    "host": "127.0.0.1",
-    "base_port": 30000,
-}
-SEED_BOX = {"gpu_count": 8, "gpu_memory_gib": 94.97, "gpu_interconnect": "pcie"}
+from tests.helpers.demo import DEMO_SERVING, SEED_BOX
+
 H200 = {"gpu_count": 8, "gpu_memory_gib": 139.80, "gpu_interconnect": "nvlink"}
 H100 = {"gpu_count": 8, "gpu_memory_gib": 79.11, "gpu_interconnect": "nvlink"}
 H20 = {"gpu_count": 8, "gpu_memory_gib": 94.5, "gpu_interconnect": "nvlink"}
@@ -369,19 +360,24 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
 
 
-def test_safetensors_mode_reads_exact_sizes(tmp_path, repo):
-    cfg = {
-        "architectures": ["LlamaForCausalLM"],
+def tiny_config(arch, heads, kv_heads, dtype, tied):
+    """A Hugging Face config.json of a 2-layer model: hidden 64, intermediate 128, vocab 1024."""
+    return {
+        "architectures": [arch],
         "hidden_size": 64,
         "intermediate_size": 128,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
         "num_hidden_layers": 2,
         "vocab_size": 1024,
         "max_position_embeddings": 32768,
-        "torch_dtype": "bfloat16",
-        "tie_word_embeddings": False,
+        "torch_dtype": dtype,
+        "tie_word_embeddings": tied,
     }
+
+
+def test_safetensors_mode_reads_exact_sizes(tmp_path, repo):
+    cfg = tiny_config("LlamaForCausalLM", heads=4, kv_heads=2, dtype="bfloat16", tied=False)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     t = {"model.embed_tokens.weight": ("BF16", [1024, 64]), "lm_head.weight": ("BF16", [1024, 64])}
     t["model.norm.weight"] = ("BF16", [64])
@@ -552,21 +548,13 @@ def test_vllm_refuses_a_context_its_kv_cannot_hold(repo):
     hw = {"gpu_count": 2, "gpu_memory_gib": 79.11, "gpu_interconnect": "nvlink"}
     layouts = [{"name": "tp2", "engine": "vllm", "tp": 2}]
     # 65.7 GiB of weights per GPU leave ~4 GiB of KV under 0.9 x 79.11 GiB: ~26k tokens of 160 KiB
-    ok = plan(
-        repo,
-        layouts,
-        hardware=hw,
-        model=model,
-        serving={**DEMO_SERVING, "gpu_memory_utilization": 0.9, "context_length": 8192},
-    )
-    assert ok["layouts"][0]["verdict"] == "fits"
-    tight = plan(
-        repo,
-        layouts,
-        hardware=hw,
-        model=model,
-        serving={**DEMO_SERVING, "gpu_memory_utilization": 0.9, "context_length": 131072},
-    )["layouts"][0]
+
+    def with_context(n):
+        serving = {**DEMO_SERVING, "gpu_memory_utilization": 0.9, "context_length": n}
+        return plan(repo, layouts, hardware=hw, model=model, serving=serving)["layouts"][0]
+
+    assert with_context(8192)["verdict"] == "fits"
+    tight = with_context(131072)
     assert tight["verdict"] == "oom" and tight["failure"] == "kv_no_memory"
     assert "vLLM refuses to start" in " ".join(tight["reasons"])
 
@@ -579,18 +567,7 @@ def test_vllm_args_are_checked_against_vllms_parser(repo):
 
 
 def test_vllm_fixed_kv_size_on_cpu(tmp_path, repo):
-    cfg = {
-        "architectures": ["Qwen2ForCausalLM"],
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "num_hidden_layers": 2,
-        "vocab_size": 1024,
-        "max_position_embeddings": 32768,
-        "torch_dtype": "float32",
-        "tie_word_embeddings": True,
-    }
+    cfg = tiny_config("Qwen2ForCausalLM", heads=2, kv_heads=1, dtype="float32", tied=True)
     layout = {"name": "cpu", "engine": "vllm", "tp": 1, "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}}
     doc = plan(
         repo,

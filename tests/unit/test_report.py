@@ -8,42 +8,18 @@ import json
 
 from sglang_layouts import report, results
 
-
-def _level(c, tok, per_user, ttft):
-    st = {"mean": ttft, "p50": ttft, "p90": ttft, "p99": ttft * 2}
-    return {
-        "concurrency": c,
-        "completed": 4 * c,
-        "failed": 0,
-        "output_tok_s": tok,
-        "decode_tok_s": {"mean": per_user, "p50": per_user, "p90": per_user, "p99": per_user},
-        "ttft_ms": st,
-        "warnings": [],
-    }
+from tests.helpers.records import level as _level
+from tests.helpers.records import store
 
 
 def _store(rd, layout, gpus, levels, status="ok", engine="sim", **kw):
-    from sglang_layouts import bench
-
-    b = {"summary": bench.summarize(levels), "levels": levels, "config": {}, "server": {}}
     plan = {
         "verdict": kw.pop("verdict", "fits"),
         "gpus_used": gpus,
         "kv_tokens": 1000,
         "reasons": kw.pop("reasons", []),
     }
-    rec = results.build_record(
-        "run1",
-        "seed-box",
-        layout,
-        status,
-        engine=engine,
-        plan=plan,
-        health={"max_total_num_tokens": 900, "ready_after_s": 2.5} if status == "ok" else {},
-        bench=b if status == "ok" else None,
-        **kw,
-    )
-    results.write_record(rd, rec)
+    store(rd, "run1", "seed-box", layout, levels, plan, status, engine, **kw)
 
 
 def _fill(rd):

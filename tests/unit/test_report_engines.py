@@ -7,38 +7,16 @@ import csv
 import io
 import json
 
-from sglang_layouts import bench, report, results
+from sglang_layouts import report, results
 
-
-def _level(c, tok, per_user, ttft):
-    st = {"mean": ttft, "p50": ttft, "p90": ttft, "p99": ttft * 2}
-    return {
-        "concurrency": c,
-        "completed": 4 * c,
-        "failed": 0,
-        "output_tok_s": tok,
-        "decode_tok_s": {"mean": per_user, "p50": per_user, "p90": per_user, "p99": per_user},
-        "ttft_ms": st,
-        "warnings": [],
-    }
+from tests.helpers.records import level as _level
+from tests.helpers.records import store
 
 
 def _store(rd, layout, plan_engine, levels, host_engine="sglang", status="ok", **kw):
-    b = {"summary": bench.summarize(levels), "levels": levels, "config": {}, "server": {}}
     plan = {"verdict": "fits", "gpus_used": 8, "kv_tokens": 1000, "reasons": [], "engine": plan_engine}
-    rec = results.build_record(
-        "mixed",
-        "gpu-box",
-        layout,
-        status,
-        engine=host_engine,  # what the sweep passes: sglang_engine
-        plan=plan,
-        health={"max_total_num_tokens": 900, "ready_after_s": 40.0} if status == "ok" else {},
-        bench=b if status == "ok" else None,
-        **kw,
-    )
-    results.write_record(rd, rec)
-    return rec
+    # engine: what the sweep passes, sglang_engine
+    return store(rd, "mixed", "gpu-box", layout, levels, plan, status, host_engine, ready_after_s=40.0, **kw)
 
 
 def test_the_plan_engine_wins_over_the_host_engine(tmp_path):

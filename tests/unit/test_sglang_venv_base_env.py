@@ -195,6 +195,23 @@ def test_nvidia_libs_of_the_base_env_are_found(base_env, tmp_path):
         (lib / "libcudart.so.13").unlink()
 
 
+def pip_install(target, whl, *opts):
+    """pip installs the wheel into folder `target`, offline (--no-index); output captured."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-index",
+        *opts,
+        "--target",
+        str(target),
+        str(whl),
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
 def test_make_wheel_installs_with_pip(tmp_path):
     whl = make_wheel(tmp_path / "w", "sglmol-app", "1.0", ["sglmol-base>=1.0", "sglmol-not-anywhere"])
     assert whl.name == "sglmol_app-1.0-py3-none-any.whl"
@@ -202,40 +219,13 @@ def test_make_wheel_installs_with_pip(tmp_path):
         tmp_path / "w2", "sglmol-app", "1.0", ["sglmol-base>=1.0", "sglmol-not-anywhere"]
     ).read_bytes() == (whl.read_bytes())  # same bytes each time: copying it again changes nothing
     target = tmp_path / "t"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-index",
-            "--no-deps",
-            "--target",
-            str(target),
-            str(whl),
-        ],
-        check=True,
-    )
+    installed = pip_install(target, whl, "--no-deps")
+    assert installed.returncode == 0, installed.stderr
     meta = (target / "sglmol_app-1.0.dist-info" / "METADATA").read_text()
     assert "Requires-Dist: sglmol-not-anywhere" in meta
     assert (target / "sglmol_app" / "__init__.py").read_text() == '__version__ = "1.0"\n'
     # Without --no-deps the missing requirement stops pip: the wheel really declares it.
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-index",
-            "--target",
-            str(tmp_path / "t2"),
-            str(whl),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    r = pip_install(tmp_path / "t2", whl)
     assert r.returncode != 0 and "sglmol-base" in (r.stdout + r.stderr)
 
 

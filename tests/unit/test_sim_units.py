@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from sglang_layouts import planner
 
 from sglang_sim import flags
 from sglang_sim.cost import CostModel, Stage, from_plan
 from sglang_sim.engine import Req, eos_position
 from sglang_sim.failures import format_size, oom_figures
-from sglang_sim.launcher import DEFAULT_MODEL
+from tests.helpers.demo import SEED_BOX, kimi_plan
 
 MIB, GIB = 1 << 20, 1 << 30
 
@@ -101,23 +100,16 @@ def test_cost_model_grows_with_batch_and_pp():
 
 
 def test_cost_from_real_plans(monkeypatch):
-    spec = planner.load_model({"name": "kimi-k2.6", "path": str(DEFAULT_MODEL)})
-    hw = {
-        "gpu_count": 8,
-        "gpu_memory_gib": 94.97,
-        "gpu_interconnect": "pcie",
-        "gpu_memory_bandwidth_gbs": 1792,
-    }
-    tp8 = from_plan(planner.plan_layout({"name": "a", "tp": 8}, spec, hw, {}), hw)
-    pp8 = from_plan(planner.plan_layout({"name": "b", "pp": 8}, spec, hw, {}), hw)
+    hw = {**SEED_BOX, "gpu_memory_bandwidth_gbs": 1792}
+    _, tp8_plan = kimi_plan(hw, tp=8)
+    tp8 = from_plan(tp8_plan, hw)
+    pp8 = from_plan(kimi_plan(hw, pp=8)[1], hw)
     assert pp8.pp == 8 and tp8.pp == 1
     assert pp8.decode_step(1) > tp8.decode_step(1)  # PP is serial at batch 1
-    nv = from_plan(
-        planner.plan_layout({"name": "a", "tp": 8}, spec, hw, {}), {**hw, "gpu_interconnect": "nvlink"}
-    )
+    nv = from_plan(tp8_plan, {**hw, "gpu_interconnect": "nvlink"})
     assert nv.decode_step(1) < tp8.decode_step(1)
     monkeypatch.setenv("SGLANG_SIM_DECODE_STEP_MS", "7")
-    assert from_plan(planner.plan_layout({"name": "a", "tp": 8}, spec, hw, {}), hw).decode_step(3) == 0.007
+    assert from_plan(tp8_plan, hw).decode_step(3) == 0.007
 
 
 def test_generate_chunk_bytes_are_sglang_shaped():
@@ -173,7 +165,7 @@ def test_expert_parallel_waits_for_the_busiest_gpu():
     """EP8 over 384 experts, top-8, batch 1: the busiest of 8 groups of 48 holds ~2.58 routed experts
     (notes/kimi-k2-memory.md section 8); without EP every GPU reads 1/8 of all 8."""
 
-    def model(experts_per_gpu):
+    def kimi_experts(experts_per_gpu):
         return CostModel(
             stages=[Stage(0, 1.0, 1, 0)],
             n_experts=384,
@@ -183,9 +175,8 @@ def test_expert_parallel_waits_for_the_busiest_gpu():
             experts_per_gpu=experts_per_gpu,
         )
 
-    ep8 = model(48)
+    ep8, tp8 = kimi_experts(48), kimi_experts(384)
     assert 2.45 < ep8.expert_share(1) * 48 < 2.7
-    tp8 = model(384)
     assert tp8.expert_share(1) * 384 == pytest.approx(8.0)
     # a large batch touches nearly every expert everywhere: the imbalance fades
     assert ep8.expert_share(512) == pytest.approx(tp8.expert_share(512), rel=0.01)
@@ -258,7 +249,7 @@ def test_rank0_rendezvous_and_watchdog_lines_classify_as_nccl_timeout():
 
 
 def test_prefix_cache_counts_leading_blocks_seen_since_the_last_flush():
-    from sglang_sim.prefix_cache import PrefixCache
+    from sglang_sim.server import PrefixCache
 
     pc = PrefixCache()
     system = list(range(100, 164))  # 64 tokens = 4 blocks

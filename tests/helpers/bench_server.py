@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.helpers.fake_http import JsonHandler, LoopbackServer
 
 
 class FakeState:
@@ -45,20 +46,9 @@ class FakeState:
 
 
 def make_handler(state: FakeState):
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(JsonHandler):
         protocol_version = "HTTP/1.1" if state.chunked else "HTTP/1.0"
         disable_nagle_algorithm = True
-
-        def log_message(self, *args):
-            pass
-
-        def _json(self, code, obj):
-            data = json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
 
         def do_GET(self):
             if self.path == "/health":
@@ -92,8 +82,7 @@ def make_handler(state: FakeState):
 
         def do_POST(self):
             arrival = time.monotonic()
-            n = int(self.headers.get("Content-Length", 0))
-            body = json.loads(self.rfile.read(n) or b"{}")
+            body = self._json_body()
             if self.path == "/flush_cache":
                 with state.lock:
                     state.flushes += 1
@@ -188,18 +177,7 @@ def make_handler(state: FakeState):
     return Handler
 
 
-class FakeServer:
+class FakeServer(LoopbackServer):
     def __init__(self, **kw):
         self.state = FakeState(**kw)
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(self.state))
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(make_handler(self.state))

@@ -1,0 +1,38 @@
+"""Run one module of library/ through ansible-core itself (`ansible localhost -m ...`), so its
+plumbing (argument spec, check mode, warnings, failing, facts) runs as on a host."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE = Path(sys.executable).with_name("ansible")
+
+
+def run_module(
+    tmp_path, module: str, args: str | dict, python: str = sys.executable, extra=(), check_rc=False
+) -> dict:
+    """The module's result for localhost; args as key=value text or a dict; extra: more ansible options;
+    check_rc: ansible itself must exit 0 too."""
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_STDOUT_CALLBACK="json",
+        ANSIBLE_LOCAL_TEMP=str(Path(tmp_path) / "tmp"),
+        ANSIBLE_CACHE_PLUGIN="memory",
+    )
+    text = args if isinstance(args, str) else json.dumps(args)
+    cmd = [str(ANSIBLE), "localhost", "-i", "localhost,", "-c", "local", "-m", module, "-a", text]
+    cmd += ["-e", f"ansible_python_interpreter={python}", *extra]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    # profile_tasks (ansible.cfg) prints timing lines around the json callback's document
+    assert "{" in proc.stdout, f"no JSON from ansible: {proc.stdout}\n{proc.stderr}"
+    doc = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{") :])[0]
+    result = doc["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    assert not check_rc or proc.returncode == 0, (proc.returncode, result)
+    return result

@@ -1,0 +1,116 @@
+"""The one way tests run a playbook: ansible-runner over the real repo, as CI and users run it.
+
+`run_playbook` runs a playbook of playbooks/ (or a path) against an inventory of inventory/
+(or a path) with private_data_dir as ansible-runner's folder (its artifacts, and a fact cache
+of the run's own), and returns the Runner: .status, .rc, .stats, .events, .stdout and
+.get_fact_cache(host).
+
+A test that needs the ansible-playbook process itself (to send it SIGINT, or to tell its
+stdout from its stderr, which ansible-runner's pty merges) starts `playbook_command(...)`
+with `ansible_env()`, the same command line and environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import ansible_runner
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = REPO / ".venv" / "bin"
+
+# Extra vars of a benchmark small enough for a test but real: two concurrency levels, short requests.
+SHORT_BENCH = {
+    "sglang_bench_concurrency": [1, 4],
+    "sglang_bench_input_len": 32,
+    "sglang_bench_output_len": 8,
+    "sglang_bench_prompts_per_stream": 2,
+    "sglang_bench_min_prompts": 3,
+}
+
+
+def ansible_env() -> dict:
+    return {
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+        "ANSIBLE_LIBRARY": str(REPO / "library"),
+        "ANSIBLE_MODULE_UTILS": str(REPO / "module_utils"),
+        "ANSIBLE_FILTER_PLUGINS": str(REPO / "filter_plugins"),
+        "ANSIBLE_ACTION_PLUGINS": str(REPO / "action_plugins"),
+        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".venv" / "collections"),
+        "ANSIBLE_FORCE_COLOR": "0",
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
+def _paths(playbook: str, inventory: str) -> tuple[str, str]:
+    return (
+        playbook if os.path.isabs(playbook) else str(REPO / "playbooks" / playbook),
+        inventory if os.path.isabs(inventory) else str(REPO / inventory),
+    )
+
+
+def playbook_command(
+    playbook: str, inventory: str = "inventory/demo", extravars: dict | None = None
+) -> list[str]:
+    play, inv = _paths(playbook, inventory)
+    return [str(VENV_BIN / "ansible-playbook"), "-i", inv, play, "-e", json.dumps(extravars or {})]
+
+
+def run_playbook(
+    playbook: str,
+    private_data_dir,
+    inventory: str = "inventory/demo",
+    extravars: dict | None = None,
+    envvars: dict | None = None,
+    timeout: int | None = None,
+    **kw,
+):
+    pdd = Path(private_data_dir)
+    pdd.mkdir(parents=True, exist_ok=True)
+    play, inv = _paths(playbook, inventory)
+    return ansible_runner.run(
+        private_data_dir=str(pdd),
+        project_dir=str(REPO),
+        playbook=play,
+        inventory=inv,
+        extravars=extravars or {},
+        envvars={**ansible_env(), **(envvars or {})},
+        quiet=True,
+        timeout=timeout,  # None: pytest's own timeout (pytest.ini) bounds the run
+        # ansible-runner otherwise writes the first run's extra vars and environment into
+        # private_data_dir/env/ and passes them to every later run in that folder
+        suppress_env_files=True,
+        **kw,
+    )
+
+
+def task_results(runner, name_part: str) -> Iterator[dict]:
+    """The result of every host that ran (ok or failed) a task whose name contains name_part; a task
+    that loops (over a layout's units) gives each item's result."""
+    for ev in runner.events:
+        if ev.get("event") in ("runner_on_ok", "runner_on_failed"):
+            data = ev["event_data"]
+            if name_part in str(data.get("task", "")):
+                res = data.get("res", {})
+                yield from res.get("results") or [res]
+
+
+def failed_messages(runner) -> list[str]:
+    """`host: task: msg` of every failed task, for assertions and their messages."""
+    out = []
+    for ev in runner.events:
+        if ev.get("event") == "runner_on_failed":
+            data = ev["event_data"]
+            res = data.get("res", {})
+            for item in [i for i in res.get("results") or [] if i.get("failed")] or [res]:
+                out.append(f"{data.get('host')}: {data.get('task')}: {item.get('msg')}")
+    return out
+
+
+def changed_count(runner) -> int:
+    """How many task results reported a change, over every host of the run."""
+    return sum((runner.stats or {}).get("changed", {}).values())
