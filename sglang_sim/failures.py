@@ -1,4 +1,4 @@
-"""Tracebacks and exit paths shaped like SGLang's (notes/sglang.md 3.4, 3.5).
+"""Tracebacks and exit paths shaped like SGLang's (docs/sglang.md 3.4, 3.5).
 
 Frames name SGLang's real files and functions; line numbers are illustrative.
 """

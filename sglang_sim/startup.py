@@ -1,4 +1,4 @@
-"""Start-up as SGLang does it (notes/sglang.md 3.1), phase by phase, with its log lines.
+"""Start-up as SGLang does it (docs/sglang.md 3.1), phase by phase, with its log lines.
 
 Parse flags, ask the planner, init torch distributed (the rendezvous when multi-node), "load
 weights" with the port closed, allocate the KV cache, capture CUDA graphs, then fail as SGLang

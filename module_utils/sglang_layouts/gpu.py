@@ -4,9 +4,9 @@ Pure Python (standard library only), so `library/gpu_facts.py` ships it to the
 host through Ansible's module_utils and the tests run it on recorded output
 (tests/fixtures/gpu/). Nothing here runs a command.
 
-The facts keep the exact names the planner reads (DESIGN.md): ``gpu_count``,
+The facts keep the exact names the planner reads (docs/ARCHITECTURE.md): ``gpu_count``,
 ``gpu_memory_gib`` (capacity as torch reports it: (fb total - fb reserved) MiB
-/ 1024, see notes/gpu-memory.md) and ``gpu_interconnect`` (``nvlink`` when
+/ 1024, see docs/gpu-memory.md) and ``gpu_interconnect`` (``nvlink`` when
 every pair of GPUs is linked by NVLink, ``pcie`` when any pair is not, ``none``
 on a host with one GPU: there is no pair to link).
 """
@@ -90,7 +90,7 @@ def _int(value: str | None) -> int | None:
 
 
 def memory_gib(total_mib: float, reserved_mib: float | None) -> float:
-    """Capacity as torch reports it (notes/gpu-memory.md), GiB rounded to 2 places."""
+    """Capacity as torch reports it (docs/gpu-memory.md), GiB rounded to 2 places."""
     return round((total_mib - (reserved_mib or 0)) / MIB_PER_GIB, 2)
 
 

@@ -1,6 +1,6 @@
 """The readiness gate of an SGLang (or vLLM) server: ready, or why it died, in seconds.
 
-State machine (notes/sglang.md 3.1/3.2): port closed = loading, /health 503 =
+State machine (docs/sglang.md 3.1/3.2): port closed = loading, /health 503 =
 warming, /health 200 = ready, confirmed by a one-token request (engines.py:
 confirm_route). SGLang (and the simulator, engine `sim`) confirm with /generate
 and read /server_info. vLLM (docs/vllm.md) keeps its port closed until it is up

@@ -1,4 +1,4 @@
-"""Multi-node SGLang acted out by two simulator processes on loopback (notes/sglang.md 2, 3.4, 3.5).
+"""Multi-node SGLang acted out by two simulator processes on loopback (docs/sglang.md 2, 3.4, 3.5).
 
 Same command on both but --node-rank and --port; rank 0 hosts the rendezvous at --dist-init-addr.
 """

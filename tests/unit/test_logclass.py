@@ -1,4 +1,4 @@
-"""The log classifier on SGLang's real log lines (notes/sglang.md 3.3-3.5, 6.1, 7).
+"""The log classifier on SGLang's real log lines (docs/sglang.md 3.3-3.5, 6.1, 7).
 
 Every fatal class has its real line; the lines that look alarming but are not
 fatal must not classify; across a traceback the specific line beats the generic one.
@@ -57,7 +57,7 @@ FATAL = [
         "port_in_use",
     ),
     ("OSError: [Errno 98] Address already in use", "port_in_use"),
-    # bad_args: argparse, verified against 0.5.10.post1's parser (notes 1.2)
+    # bad_args: argparse, verified against 0.5.10.post1's parser (docs/sglang.md 1.2)
     ("launch_server.py: error: unrecognized arguments: --enable-ep-moe", "bad_args"),
     (
         "launch_server.py: error: ambiguous option: --pp could match --pp-size, --pp-max-micro-batch-size, "
@@ -90,7 +90,7 @@ FATAL = [
 ]
 
 BENIGN = [
-    # start-up lines (notes 3.3)
+    # start-up lines (docs/sglang.md 3.3)
     PREFIX + "Load weight begin. avail mem=94.47 GB",
     PREFIX
     + "Load weight end. elapsed=35.2 s, type=DeepseekV3ForCausalLM, avail mem=22.65 GB, mem usage=71.82 GB.",

@@ -1,6 +1,6 @@
 """The planner against figures worked out independently.
 
-Kimi K2.6 figures come from ../shared/notes/kimi-k2-memory.md (section 5: per-GPU
+Kimi K2.6 figures come from docs/kimi-k2-memory.md (section 5: per-GPU
 weights by layout, section 6: KV bytes, the decoded OOM); the other models are
 checked against their published parameter counts and well-known deployments.
 """
@@ -73,7 +73,7 @@ def test_demo_verdicts(demo):
     }
 
 
-# notes/kimi-k2-memory.md section 5 (text model); K2.6 adds its ~0.87 GiB vision tower on the
+# docs/kimi-k2-memory.md section 5 (text model); K2.6 adds its ~0.87 GiB vision tower on the
 # first stage, which the notes leave out: the 3% tolerance covers it.
 @pytest.mark.parametrize(
     "layout,gib",

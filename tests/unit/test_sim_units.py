@@ -163,7 +163,7 @@ def test_format_size_and_oom_walk():
 
 def test_expert_parallel_waits_for_the_busiest_gpu():
     """EP8 over 384 experts, top-8, batch 1: the busiest of 8 groups of 48 holds ~2.58 routed experts
-    (notes/kimi-k2-memory.md section 8); without EP every GPU reads 1/8 of all 8."""
+    (docs/kimi-k2-memory.md section 8); without EP every GPU reads 1/8 of all 8."""
 
     def kimi_experts(experts_per_gpu):
         return CostModel(
