@@ -332,3 +332,20 @@ def judge_argvs(oracle_python, tmp_path_factory):
 def model_dir_factory():
     """sglang_model_dir, as a fixture (test modules cannot import this conftest by name)."""
     return sglang_model_dir
+
+
+def load_generator_argv(backend: str, tokenizer) -> list[str]:
+    """The arguments a load generator's CLI needs before its workload flags, aimed at a closed port:
+    the schedule tests stop it before its first request."""
+    return [
+        "--backend",
+        backend,
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--model",
+        "m",
+        "--tokenizer",
+        str(tokenizer),
+        "--ready-check-timeout-sec",
+        "0",
+    ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import HERE, run_oracle
+from conftest import HERE, load_generator_argv, run_oracle
 from sglang_layouts import bench_schedule
 
 # (seed, request rate, num_prompts, input_len, output_len, range_ratio)
@@ -36,16 +36,7 @@ def oracle_gaps(oracle_python, oracle_tokenizer, tmp_path_factory):
     work = tmp_path_factory.mktemp("bench-serving-schedule")
     cases = [
         [
-            "--backend",
-            "sglang",
-            "--base-url",
-            "http://127.0.0.1:9",
-            "--model",
-            "m",
-            "--tokenizer",
-            str(oracle_tokenizer),
-            "--ready-check-timeout-sec",
-            "0",
+            *load_generator_argv("sglang", oracle_tokenizer),
             "--dataset-name",
             "random-ids",
             "--tokenize-prompt",

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import HERE, REPO, oracle_env, run_oracle
+from conftest import HERE, REPO, load_generator_argv, oracle_env, run_oracle
 from sglang_layouts import bench_schedule
 
 VLLM_PY = REPO / ".venv" / "vllm" / "bin" / "python"
@@ -55,16 +55,7 @@ def vllm_delays(vllm_python, oracle_tokenizer, tmp_path_factory):
     work = tmp_path_factory.mktemp("vllm-schedule")
     cases = [
         [
-            "--backend",
-            "vllm",
-            "--base-url",
-            "http://127.0.0.1:9",
-            "--model",
-            "m",
-            "--tokenizer",
-            str(oracle_tokenizer),
-            "--ready-check-timeout-sec",
-            "0",
+            *load_generator_argv("vllm", oracle_tokenizer),
             "--dataset-name",
             "random",
             "--random-input-len",

@@ -56,6 +56,11 @@ sglang:time_to_first_token_seconds_bucket{le="+Inf",model_name="meta-llama/Llama
 # ---------------------------------------------------------------- arrival schedule
 
 
+def rate_config(url, **kw):
+    """A request-rate config for the fake server: no concurrency ladder and no warm-up unless given."""
+    return bench.make_config(url, **{"concurrency": [], "warmup": 0, **kw})
+
+
 def test_poisson_schedule_is_seeded_and_has_the_asked_mean_rate():
     a = bench_schedule.arrival_offsets(4.0, 1.0, "s", num_prompts=4000)
     assert a == bench_schedule.arrival_offsets(4.0, 1.0, "s", num_prompts=4000)
@@ -164,16 +169,14 @@ def test_vllm_schedule_is_vllms_own_for_its_seed():
 
 def test_a_rate_level_with_arrival_rng_bench_serving_sends_on_that_schedule():
     with FakeServer(step_s=0.002, first_s=0.005) as srv:
-        cfg = bench.make_config(
+        cfg = rate_config(
             srv.url,
-            concurrency=[],
             request_rates=[8],
             num_prompts=10,
             input_len=64,
             output_len=64,
             vocab_size=1024,
             seed=1,
-            warmup=0,
             telemetry=False,
             arrival_rng="bench_serving",
         )
@@ -252,14 +255,12 @@ def test_prompts_longer_than_the_servers_context_are_refused_before_any_request(
 
 def test_rate_level_sends_on_its_schedule_and_records_it():
     with FakeServer(step_s=0.002, first_s=0.005) as srv:
-        cfg = bench.make_config(
+        cfg = rate_config(
             srv.url,
-            concurrency=[],
             request_rates=[40, "inf"],
             num_prompts=12,
             input_len=8,
             output_len=4,
-            warmup=0,
         )
         lines = []
         out = bench.run_benchmark(cfg, progress=lines.append, keep_requests=True)
@@ -292,15 +293,13 @@ def test_rate_level_sends_on_its_schedule_and_records_it():
 
 def test_max_concurrency_caps_requests_in_flight_and_the_wait_shows_as_send_lag():
     with FakeServer(step_s=0.005, first_s=0.005) as srv:
-        cfg = bench.make_config(
+        cfg = rate_config(
             srv.url,
-            concurrency=[],
             request_rates=["inf"],
             max_concurrency=2,
             num_prompts=6,
             input_len=4,
             output_len=4,
-            warmup=0,
         )
         out = bench.run_benchmark(cfg)
     lv = out["levels"][0]
@@ -485,14 +484,12 @@ def test_slo_search_stops_when_inf_met():
 
 def test_slo_search_runs_through_the_benchmark_and_is_recorded():
     with FakeServer(step_s=0.002, first_s=0.005) as srv:
-        cfg = bench.make_config(
+        cfg = rate_config(
             srv.url,
-            concurrency=[],
             request_rates=[20],
             num_prompts=4,
             input_len=4,
             output_len=3,
-            warmup=0,
             slo={"ttft_p99_ms": 5000, "search": True, "search_steps": 2, "search_max_rate": 80},
         )
         lines = []
