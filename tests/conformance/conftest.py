@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.procs import isolated_env, tail
+from tests.helpers.procs import isolated_env, run_captured, tail
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -349,3 +349,38 @@ def load_generator_argv(backend: str, tokenizer) -> list[str]:
         "--ready-check-timeout-sec",
         "0",
     ]
+
+
+VLLM_SH = REPO / "ci" / "vllm.sh"
+VLLM_VENV = REPO / ".venv" / "vllm"
+VLLM_HOW = "Build it with `ci/vllm.sh .venv/vllm` (needs PyPI; see docs/vllm.md)."
+
+
+def vllm_env(extra: dict | None = None) -> dict:
+    """The pinned vLLM's environment: offline, no usage stats, unbuffered, nothing of ours on its path."""
+    offline = {
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    return isolated_env(offline, extra)
+
+
+@pytest.fixture(scope="session")
+def vllm_venv() -> Path:
+    """.venv/vllm, built (or found up to date) by ci/vllm.sh once per session, for every test that
+    runs the pinned vLLM's own code."""
+    try:
+        proc = run_captured([str(VLLM_SH), str(VLLM_VENV)], vllm_env(), 1800, cwd=REPO)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"ci/vllm.sh ran past 1800 s:\n{tail(str(e.stdout))}\n{tail(str(e.stderr))}\n{VLLM_HOW}")
+    if proc.returncode != 0:
+        pytest.fail(
+            f"ci/vllm.sh .venv/vllm exited {proc.returncode}:\n{tail(proc.stdout)}\n{tail(proc.stderr)}\n{VLLM_HOW}",
+            pytrace=False,
+        )
+    for exe in ("python", "vllm"):
+        if not os.access(VLLM_VENV / "bin" / exe, os.X_OK):
+            pytest.fail(f"{VLLM_VENV}/bin/{exe} is missing after ci/vllm.sh. {VLLM_HOW}", pytrace=False)
+    return VLLM_VENV

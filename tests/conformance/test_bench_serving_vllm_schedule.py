@@ -9,15 +9,10 @@ module_utils/sglang_layouts/bench_schedule.py, standard library only.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
-from conftest import HERE, REPO, load_generator_argv, oracle_env, run_oracle
+from conftest import HERE, load_generator_argv, run_oracle
 from sglang_layouts import bench_schedule
-
-VLLM_PY = REPO / ".venv" / "vllm" / "bin" / "python"
 
 # (seed, request rate, burstiness, num_prompts)
 CASES = [
@@ -30,28 +25,7 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def vllm_python() -> Path:
-    """.venv/vllm/bin/python, built (or found up to date, ~7 s) by ci/vllm.sh as test_vllm_engine.py does."""
-    proc = subprocess.run(
-        [str(REPO / "ci" / "vllm.sh"), str(VLLM_PY.parents[1])],
-        cwd=REPO,
-        env=oracle_env(),
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    if proc.returncode != 0 or not os.access(VLLM_PY, os.X_OK):
-        pytest.fail(
-            f"ci/vllm.sh .venv/vllm exited {proc.returncode} ({VLLM_PY} needed; see docs/vllm.md):\n"
-            f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}",
-            pytrace=False,
-        )
-    return VLLM_PY
-
-
-@pytest.fixture(scope="module")
-def vllm_delays(vllm_python, oracle_tokenizer, tmp_path_factory):
+def vllm_delays(vllm_venv, oracle_tokenizer, tmp_path_factory):
     work = tmp_path_factory.mktemp("vllm-schedule")
     cases = [
         [
@@ -75,7 +49,10 @@ def vllm_delays(vllm_python, oracle_tokenizer, tmp_path_factory):
     ]
     (work / "cases.json").write_text(json.dumps(cases))
     proc = run_oracle(
-        vllm_python, [HERE / "oracle_vllm_schedule.py", work / "cases.json"], cwd=work, timeout=600
+        vllm_venv / "bin" / "python",
+        [HERE / "oracle_vllm_schedule.py", work / "cases.json"],
+        cwd=work,
+        timeout=600,
     )
     rows = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(rows) == len(CASES)

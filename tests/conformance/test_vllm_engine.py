@@ -34,51 +34,21 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import vllm_env
 
 from tests.helpers.net import free_port
-from tests.helpers.procs import isolated_env, run_captured, tail
+from tests.helpers.procs import run_captured, tail
 
 REPO = Path(__file__).resolve().parents[2]
-VLLM_SH = REPO / "ci" / "vllm.sh"
-VENV_LINK = REPO / ".venv" / "vllm"
 MODEL_DIR = REPO / "build" / "models" / "tiny-qwen2"
 SERVED_NAME = "tiny"
 READY_TIMEOUT_S = 420  # cold (empty torch.compile cache) on 2 busy cores: ~135 s measured
-HOW = "Build it with `ci/vllm.sh .venv/vllm` (needs PyPI; see docs/vllm.md)."
-
-
-def _clean_env(extra: dict | None = None) -> dict:
-    offline = {
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "PYTHONUNBUFFERED": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-    return isolated_env(offline, extra)
-
-
-@pytest.fixture(scope="session")
-def vllm_venv() -> Path:
-    """.venv/vllm, built (or found up to date) by ci/vllm.sh once per session."""
-    try:
-        proc = run_captured([str(VLLM_SH), str(VENV_LINK)], _clean_env(), 1800, cwd=REPO)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"ci/vllm.sh ran past 1800 s:\n{tail(str(e.stdout))}\n{tail(str(e.stderr))}\n{HOW}")
-    if proc.returncode != 0:
-        pytest.fail(
-            f"ci/vllm.sh .venv/vllm exited {proc.returncode}:\n{tail(proc.stdout)}\n{tail(proc.stderr)}\n{HOW}",
-            pytrace=False,
-        )
-    for exe in ("python", "vllm"):
-        if not os.access(VENV_LINK / "bin" / exe, os.X_OK):
-            pytest.fail(f"{VENV_LINK}/bin/{exe} is missing after ci/vllm.sh. {HOW}", pytrace=False)
-    return VENV_LINK
 
 
 @pytest.fixture(scope="session")
 def tiny_model(vllm_venv) -> Path:
     argv = [str(vllm_venv / "bin" / "python"), str(REPO / "ci" / "make_tiny_model.py"), str(MODEL_DIR)]
-    proc = run_captured(argv, _clean_env(), 600, cwd=REPO)
+    proc = run_captured(argv, vllm_env(), 600, cwd=REPO)
     assert proc.returncode == 0, f"make_tiny_model.py exited {proc.returncode}:\n{tail(proc.stderr)}"
     cfg = json.loads((MODEL_DIR / "config.json").read_text())
     assert cfg["hidden_size"] // cfg["num_attention_heads"] == 32, "vLLM's CPU attention needs head_dim >= 32"
@@ -132,7 +102,7 @@ class VllmServer:
         ]
         # VLLM_CACHE_ROOT is left to the venv's .pth (ci/vllm.sh): the machine-level torch.compile
         # cache, so that a second start is warm.
-        env = _clean_env({"VLLM_CPU_KVCACHE_SPACE": "1"})
+        env = vllm_env({"VLLM_CPU_KVCACHE_SPACE": "1"})
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 self.argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True
@@ -334,7 +304,7 @@ def test_sigterm_stops_the_whole_process_group(vllm_server):
 def test_committed_flags_match_the_pinned_parser(vllm_venv):
     """module_utils/sglang_layouts/data/vllm_flags.json is what the pinned vLLM's parser says."""
     argv = [str(vllm_venv / "bin" / "python"), str(REPO / "ci" / "dump_vllm_flags.py")]
-    proc = run_captured(argv, _clean_env(), 300, cwd="/")
+    proc = run_captured(argv, vllm_env(), 300, cwd="/")
     assert proc.returncode == 0, tail(proc.stderr)
     live = json.loads(proc.stdout)
     committed = json.loads(
