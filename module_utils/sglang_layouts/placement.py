@@ -99,7 +99,7 @@ def layout_units(plan: dict) -> list[dict]:
 
 def placement(plan: dict, host: str | None) -> dict:
     """Which hosts run the layout, which one serves its API and keeps its record, seen from `host`."""
-    units = plan.get("units") or layout_units(plan)
+    units = plan["units"]
     multinode = plan.get("nnodes", 1) > 1
     replicated = bool(plan.get("replicas") and plan.get("router"))
     hosts: list = []
@@ -137,7 +137,7 @@ def units_on(plan: dict, host: str | None, role: str | None = None) -> list[dict
     """The units of a layout that run on `host` (a single-host layout's unit runs on the planned host)."""
     spans = (plan.get("placement") or {}).get("spans")
     out = []
-    for unit in plan.get("units") or layout_units(plan):
+    for unit in plan["units"]:
         on_host = unit["host"] in (None, host) if not spans else unit["host"] == host
         if on_host and (role is None or unit["role"] == role):
             out.append(unit)
@@ -151,7 +151,8 @@ def units_of_layouts(layouts: list, host: str | None) -> list[dict]:
 
 def first_failure(results: list, step: str) -> dict:
     """A host's outcome of one step over its units: {} when every unit passed, else the first failed
-    result (failure_class, msg, evidence) with the step and the unit it came from."""
+    result (failure_class, msg, evidence) with the step and the unit it came from (the loop item,
+    which the role's loops name __sglang_service_unit)."""
     for result in results or []:
         if isinstance(result, dict) and result.get("failure_class"):
             out = {k: result[k] for k in ("failure_class", "msg", "evidence") if k in result}

@@ -35,7 +35,7 @@ from .model import (
     PlanError,
     load_model,
 )
-from .placement import layout_units, placement
+from .placement import layout_units, placement, units_on
 from .plan_inputs import (
     LAYOUT_KEYS,
     _float,
@@ -510,12 +510,9 @@ def plan_host(inputs: dict) -> dict:
 
 def _units_here(p: dict, host: str | None) -> list[str]:
     """The units a layout really runs on this host: its own, or its replicas' and router's."""
-    if not p.get("replicas"):
+    if not p["placement"]["replicated"]:
         return [p["unit_name"]]
-    units = [r["unit_name"] for r in p["replicas"] if r["host"] == host]
-    if p["router"]["host"] == host:
-        units.append(p["router"]["unit_name"])
-    return units
+    return [unit["name"] for unit in units_on(p, host)]
 
 
 def _conflicts(plans: list[dict], host: str | None = None) -> None:
@@ -538,10 +535,7 @@ def _unit_collisions(plans: list[dict]) -> None:
     """Two layouts (or a replica / router unit) whose names reduce to one unit: the second would replace the first."""
     seen: dict[str, str] = {}
     for p in plans:
-        units = [p["unit_name"]]
-        units += [r["unit_name"] for r in p.get("replicas") or []]
-        units += [p["router"]["unit_name"]] if p.get("router") else []
-        for unit in units:
+        for unit in dict.fromkeys([p["unit_name"], *(u["name"] for u in p["units"])]):
             other = seen.get(unit)
             if other is not None and other != p["name"]:
                 raise PlanError(
