@@ -15,7 +15,7 @@ if _MODULE_UTILS not in sys.path:
 
 from sglang_layouts import bench, placement, planner, wheels  # noqa: E402
 from sglang_layouts.plan_table import plan_table  # noqa: E402
-from sglang_layouts.secrets import split_env  # noqa: E402
+from sglang_layouts.secrets import api_key_argv, api_key_config, split_env  # noqa: E402
 
 
 def _plain(value):
@@ -82,6 +82,9 @@ _FACES = {
     # the plan as text lines (layout, GPUs, GiB/GPU, budget, KV tokens, verdict, reason)
     "sglang_plan_table": (plan_table,),
     "sglang_plain_env": (_plain_env,),
+    # how a server gets the API key (--config FILE or --api-key), and that file's text (secrets.py)
+    "sglang_api_key_argv": (api_key_argv, planner.PlanError),
+    "sglang_api_key_config": (api_key_config, planner.PlanError, ValueError),
     # where a layout's units run, the stop order, one outcome from every node's (placement.py)
     "sglang_units_on": (placement.units_on,),
     "sglang_units_of_layouts": (placement.units_of_layouts,),

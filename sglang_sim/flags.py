@@ -126,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def merge_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     """SGLang's --config FILE.yaml: the file's keys become flags placed before the command line
-    (command line > config > defaults). JSON is YAML, so a JSON object needs no YAML library."""
+    (command line > config > defaults), each key spelled as its flag (`api-key:`). JSON is YAML, so
+    a JSON object needs no YAML library."""
     if "--config" not in argv:
         return argv
     i = argv.index("--config")
@@ -144,7 +145,7 @@ def merge_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
         data = yaml.safe_load(text) or {}
     extra: list[str] = []
     for key, value in data.items():
-        flag = "--" + str(key).replace("_", "-")
+        flag = "--" + str(key)  # verbatim, as SGLang does: `api_key:` is --api_key, which argparse refuses
         if isinstance(value, bool):
             extra += [flag] if value else []
         elif isinstance(value, list):

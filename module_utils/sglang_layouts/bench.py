@@ -98,8 +98,10 @@ FORMULAS = {
     "goodput_tok_s": "sum(completion_tokens of requests meeting the SLO) / duration_s (null without an SLO)",
     "slo_met": "every SLO key's percentile over the level (ttft/tpot/e2e over completed requests, itl over all "
     "chunk gaps pooled) <= its threshold, at least one request completed, and failed / sent <= max_error_rate",
-    "slo_max_rate": "highest request rate whose level met the SLO: from the rate ladder, then refined by the SLO "
-    "search (bisection between the highest met and the lowest missed rate; doubling from search_min_rate or the "
+    "slo_max_rate": "highest request rate whose level met the SLO while every lower rate tested met it too "
+    "(sustained: a rate that met it above the lowest missed finite rate is listed under slo_search."
+    "met_above_bracket, not counted; a missed inf bounds nothing): from the rate ladder, then refined by the SLO "
+    "search (bisection between that rate and the lowest missed rate; doubling from search_min_rate or the "
     "highest met rate while nothing is missed, capped at search_max_rate; at most search_steps levels); null "
     "when no rate met it",
     "telemetry": "sampled every telemetry_interval seconds during the measured requests of a level: the "

@@ -42,6 +42,12 @@ class Engine:
     # stop semantics: the hint for an exit with status 0 nobody asked for, where the engine exits 0
     # when it dies ("": such an exit is the plain "the engine exited")
     exit_zero_hint: str = ""
+    # -- the API key --
+    # the key of the engine's --config YAML file that carries the API key, so the key stays off the
+    # command line (/proc/PID/cmdline is world-readable). SGLang turns each key into `--<key>`
+    # verbatim (its ConfigArgumentMerger), so it is the flag's own spelling. "": the engine has no
+    # --config, the key goes as --api-key, filled in at exec time.
+    api_key_config_key: str = ""
 
     @property
     def unit_prefix(self) -> str:
@@ -82,6 +88,7 @@ SGLANG = Engine(
         "--port": "port:",
     },
     kv_stop_message="SGLang stops with 'Loaded weights leave no GPU memory for the KV cache' (0.5.16; 'Not enough memory' before)",
+    api_key_config_key="api-key",
 )
 
 VLLM = Engine(

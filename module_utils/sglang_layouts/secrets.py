@@ -10,6 +10,7 @@ Standard library only (the simulator and the modules import it too).
 from __future__ import annotations
 
 import fnmatch
+import json
 
 MASK = "***"
 # Names (shell-style patterns, matched case-insensitively) whose values are secret by default:
@@ -51,3 +52,30 @@ def mask_text(text: str, values) -> str:
     for v in sorted({str(v) for v in values if v and str(v) != MASK}, key=len, reverse=True):
         out = out.replace(v, MASK)
     return out
+
+
+# Placeholders in a unit's argv, filled in at exec time (sglang-redact, the supervisor's wrapper):
+# the key itself, and the path of the --config file that holds it.
+KEY_PLACEHOLDER = "${SGLANG_API_KEY}"
+KEY_CONFIG_PLACEHOLDER = "${SGLANG_API_KEY_CONFIG}"
+
+
+def api_key_argv(engine_name: str, config_path: str | None = None) -> list[str]:
+    """How a server of this engine gets the API key: `--config FILE` where the engine reads its
+    flags from a file (engines.py: api_key_config_key), the file's path given or filled in at exec
+    time; else `--api-key`, filled in at exec time."""
+    from .engines import engine
+
+    if engine(engine_name).api_key_config_key:
+        return ["--config", config_path or KEY_CONFIG_PLACEHOLDER]
+    return ["--api-key", KEY_PLACEHOLDER]
+
+
+def api_key_config(engine_name: str, key: str) -> str:
+    """The engine's --config file that carries the key (JSON is YAML: no YAML library needed)."""
+    from .engines import engine
+
+    config_key = engine(engine_name).api_key_config_key
+    if not config_key:
+        raise ValueError(f"engine {engine_name!r} reads no --config file: its key goes as --api-key")
+    return json.dumps({config_key: str(key)}) + "\n"

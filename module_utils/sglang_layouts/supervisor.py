@@ -36,6 +36,7 @@ import subprocess
 import sys
 import time
 
+from .engines import SGLANG
 from .fileio import write_atomic
 from .logclass import STOP_MARKER
 
@@ -69,7 +70,7 @@ if secret and "${SGLANG_API_KEY_CONFIG}" in spec["argv"]:
     if kw:
         import pwd
         os.fchown(fd, pwd.getpwnam(spec["user"]).pw_uid, -1)
-    os.write(fd, json.dumps({"api_key": secret}).encode() + b"\n")
+    os.write(fd, json.dumps({@CONFIG_KEY@: secret}).encode() + b"\n")
     os.close(fd)
 argv = [a.replace("${SGLANG_API_KEY_CONFIG}", keyfile or "").replace("${SGLANG_API_KEY}", secret or "")
         for a in spec["argv"]]
@@ -102,6 +103,8 @@ os.replace(tmp, spec["exit"])
 if keyfile and os.path.exists(keyfile):
     os.unlink(keyfile)
 """
+# SGLang's --config key for the API key (engines.py): the one place that spells it
+WRAPPER = WRAPPER.replace("@CONFIG_KEY@", json.dumps(SGLANG.api_key_config_key))
 
 
 class SupervisorError(RuntimeError):

@@ -55,6 +55,7 @@ RESOLVED_FIELDS = (
     "trust_remote_code",
     "host",
     "port",
+    "api_key",
     "device",
     "attn_dp_size",
     "attn_cp_size",

@@ -42,6 +42,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+ORACLE_API_KEY = "sk-conformance-not-a-secret"
 KIMI_CONFIG = REPO / "models" / "kimi-k2.6" / "config.json"
 FLAG_TABLES = REPO / "module_utils" / "sglang_layouts" / "data" / "sglang_flags"
 ENGINE_YML = REPO / "group_vars" / "all" / "engine.yml"
@@ -200,6 +201,12 @@ def oracle(demo_inputs, demo_plan, judge_argvs, model_dir_factory, tmp_path_fact
     cases.append(
         {"id": "kimi/config-only", "argv": _without(on(bare, demo_plan[0]["flags"]), "--trust-remote-code")}
     )
+    # the API key as the role hands it over: SGLang's --config file, written by secrets.api_key_config
+    from sglang_layouts.secrets import api_key_argv, api_key_config
+
+    key_file = tmp / "key.yaml"
+    key_file.write_text(api_key_config("sglang", ORACLE_API_KEY))
+    cases.append({"id": "api-key/config-file", "argv": base + api_key_argv("sglang", str(key_file))})
     flags_out = tmp / "sglang_flags.json"
     doc = judge_argvs(cases, flags_out=flags_out)
     doc["plans"] = plans
@@ -321,6 +328,15 @@ def test_argparse_errors_exit_2(oracle, name, message):
     assert res["verdict"] == "argparse_error", _explain(res)
     assert res["exit_code"] == 2
     assert re.search(message, res["message"]), res["message"]
+
+
+def test_the_api_key_file_reaches_sglang_as_its_api_key(oracle):
+    """The role's --config file (secrets.api_key_config) is what SGLang's own ConfigArgumentMerger
+    reads as --api-key. A key spelled `api_key:` was refused by real SGLang 0.5.16 on the H200
+    (`unrecognized arguments: --api_key`), which the simulator used to accept."""
+    res = oracle["results"]["api-key/config-file"]
+    assert res["verdict"] == "accepted", _explain(res)
+    assert res["resolved"]["api_key"] == ORACLE_API_KEY
 
 
 def test_kimi_config_needs_repo_code_only_under_trust_remote_code(oracle):

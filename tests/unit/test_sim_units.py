@@ -66,14 +66,37 @@ def test_every_flag_of_the_pinned_sglang_is_accepted():
 
 
 def test_config_file_keeps_the_key_off_argv(tmp_path):
-    """SGLang 0.5.23's --config FILE.yaml: keys become flags, the command line wins over the file."""
+    """SGLang's --config FILE.yaml: each key becomes the flag of that spelling, the command line wins
+    over the file. The role writes the file with secrets.api_key_config."""
     cfg = tmp_path / "key.yaml"
-    cfg.write_text(json.dumps({"api_key": "s3cret", "tp_size": 4}))  # JSON is YAML
+    cfg.write_text(json.dumps({"api-key": "s3cret", "tp-size": 4}))  # JSON is YAML
     a = flags.parse_args(["--model-path", "/m", "--config", str(cfg), "--tp-size", "8"])
     assert a.api_key == "s3cret" and a.tp_size == 8
     (tmp_path / "key.json").write_text("{}")
     with pytest.raises(SystemExit):
         flags.parse_args(["--model-path", "/m", "--config", str(tmp_path / "key.json")])
+
+
+def test_config_file_key_spelled_as_the_dest_is_refused_like_sglang(tmp_path, capsys):
+    """Real SGLang 0.5.16 on the H200 refused `{"api_key": ...}`: `unrecognized arguments: --api_key`
+    (its ConfigArgumentMerger writes --<key> verbatim). The simulator refuses it the same way."""
+    cfg = tmp_path / "key.yaml"
+    cfg.write_text(json.dumps({"api_key": "s3cret"}))
+    with pytest.raises(SystemExit) as e:
+        flags.parse_args(["--model-path", "/m", "--config", str(cfg)])
+    assert e.value.code == 2 and "unrecognized arguments: --api_key" in capsys.readouterr().err
+
+
+def test_the_roles_key_file_is_read_by_the_simulator(tmp_path):
+    from sglang_layouts.secrets import api_key_argv, api_key_config
+
+    cfg = tmp_path / "key.yaml"
+    cfg.write_text(api_key_config("sim", "s3cret"))
+    a = flags.parse_args(["--model-path", "/m", *api_key_argv("sim", str(cfg))])
+    assert a.api_key == "s3cret"
+    assert api_key_argv("vllm") == ["--api-key", "${SGLANG_API_KEY}"]
+    with pytest.raises(ValueError, match="--api-key"):
+        api_key_config("vllm", "s3cret")
 
 
 def test_cost_model_grows_with_batch_and_pp():

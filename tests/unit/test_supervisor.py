@@ -129,12 +129,12 @@ def test_api_key_reaches_argv_only_and_is_masked_in_the_log(run_dir):
 
 
 def test_api_key_config_file_and_secret_env_stay_off_argv_and_out_of_the_files(run_dir):
-    """SGLang's --config file carries the key (0600, gone when the engine exits); secret variables
+    """SGLang's --config file carries the key as `api-key:` (0600, gone when the engine exits); secret variables
     reach the engine's environment through the wrapper only; the log shows ***."""
     key, token = "s3cret-canary-key", "hf_canary_token"
     code = (
         "import json, os, stat, sys; p = sys.argv[2]; print('argv', sys.argv[1:]); "
-        "print('cfg', json.load(open(p))['api_key'][::-1], oct(stat.S_IMODE(os.stat(p).st_mode))); "
+        "print('cfg', json.load(open(p))['api-key'][::-1], oct(stat.S_IMODE(os.stat(p).st_mode))); "
         "print('token', os.environ.get('HF_TOKEN'))"
     )
     supervisor.start(
