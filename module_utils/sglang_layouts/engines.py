@@ -42,6 +42,25 @@ class Engine:
     # stop semantics: the hint for an exit with status 0 nobody asked for, where the engine exits 0
     # when it dies ("": such an exit is the plain "the engine exited")
     exit_zero_hint: str = ""
+    # -- parallelism and memory semantics (plan_rules.py, planner.py) --
+    # MoE layers span all tp x dp GPUs and every dp rank is an engine of its own (vLLM); else ep
+    # carves the experts inside the tp group and dp without dp-attention runs replicas (SGLang)
+    moe_spans_dp: bool = False
+    # it has --enable-dp-attention (attention data-parallel inside the tp group)
+    dp_attention: bool = True
+    # the planner can lay it over several hosts (--nnodes)
+    multinode: bool = True
+    # its memory fraction covers the whole card, activations included (vLLM profiles them);
+    # else the fraction sizes a static pool out of the memory free before load and CUDA graphs
+    # and activations live outside it (SGLang)
+    fraction_covers_activations: bool = False
+    activation_reserve_gib: float = 0.0  # what it profiles for activations inside the fraction
+    # a KV-cache size given outright (it then ignores the fraction for the KV cache): a flag in
+    # bytes, an environment variable in GiB
+    kv_size_flag: str = ""
+    kv_size_env_gib: str = ""
+    # a KV cache smaller than the context length stops it at start (else requests are capped)
+    short_kv_fatal: bool = False
     # -- the API key --
     # the key of the engine's --config YAML file that carries the API key, so the key stays off the
     # command line (/proc/PID/cmdline is world-readable). SGLang turns each key into `--<key>`
@@ -118,6 +137,14 @@ VLLM = Engine(
     confirm_route="/v1/completions",
     kv_tokens_from="log",
     exit_zero_hint="vLLM exited with status 0 without being asked to stop (its engine core died)",
+    moe_spans_dp=True,
+    dp_attention=False,
+    multinode=False,  # Ray: not supported here yet
+    fraction_covers_activations=True,
+    activation_reserve_gib=1.0,  # its profiled peak: a few hundred MiB to ~2 GiB
+    kv_size_flag="--kv-cache-memory-bytes",
+    kv_size_env_gib="VLLM_CPU_KVCACHE_SPACE",
+    short_kv_fatal=True,
 )
 
 ENGINES = {"sglang": SGLANG, "sim": SGLANG, "vllm": VLLM}

@@ -19,10 +19,6 @@ CUDA_CONTEXT_GIB = 1.0
 MIN_DYNAMIC_GIB = 2.0
 
 
-# vLLM's profiled activation peak inside --gpu-memory-utilization (a few hundred MiB to ~2 GiB).
-VLLM_ACTIVATION_GIB = 1.0
-
-
 # Weight load also needs room for one layer's transient copy (INT4 Marlin repack etc.).
 TRANSIENT_LAYERS = 1
 

@@ -15,7 +15,7 @@ from .model import ModelSpec
 
 def parallel_shape(lay: dict, eng: Engine = SGLANG) -> dict:
     tp, pp, ep, dp = lay["tp"], lay["pp"], lay["ep"], lay["dp"]
-    if eng.name == "vllm":
+    if eng.moe_spans_dp:
         # vLLM 0.32: each dp rank runs attention (and its KV pool) with its own TP group; the MoE
         # layers span all tp x dp GPUs either way: whole experts with --enable-expert-parallel,
         # else every expert sliced tp x dp ways (fused_moe/config.py flatten_tp_across_dp).
@@ -61,50 +61,33 @@ def _suggest_ep_layout(tp: int, ep: int, gpus_available: int) -> str | None:
     return None
 
 
-def _vllm_problems(lay: dict, par: dict) -> list[str]:
-    name, tp, dp = lay["name"], par["tp"], par["dp"]
-    reasons = []
-    if lay["ep"] > 1 and lay["ep"] != tp * dp:
-        reasons.append(
-            f"{name}: vLLM's expert parallelism spans all tp x dp GPUs (--enable-expert-parallel): write "
-            f"ep: {tp * dp}, or leave ep out to slice every expert over TP."
-        )
-    if lay["enable_dp_attention"]:
-        reasons.append(
-            f"{name}: vLLM has no --enable-dp-attention; with dp > 1 it already runs attention data-parallel. "
-            "Drop enable_dp_attention."
-        )
-    if par["nnodes"] > 1:
-        reasons.append(
-            f"{name}: multi-node vLLM (Ray) is not supported here yet; use the sglang engine for nnodes > 1."
-        )
-    return reasons
-
-
-def layout_problems(
-    lay: dict, par: dict, spec: ModelSpec, hardware: dict, eng: Engine = SGLANG
-) -> tuple[list[str], list[str]]:
-    """(reasons the layout is invalid, notes that do not change the verdict)."""
-    name, tp, pp, ep, dp = lay["name"], par["tp"], par["pp"], par["ep"], par["dp"]
-    gpu_count, nnodes = hardware["gpu_count"], par["nnodes"]
-    available = gpu_count * nnodes
-    used = par["gpus_per_engine"]
-    used_with_replicas = used * par["replicas"]
+def _engine_problems(lay: dict, par: dict, eng: Engine) -> tuple[list[str], list[str]]:
+    """What this engine's parallelism semantics (engines.py) refuse or ignore in the layout."""
+    name, tp, ep, dp = lay["name"], par["tp"], par["ep"], par["dp"]
     reasons, notes = [], []
-    if eng.name == "vllm":
-        reasons += _vllm_problems(lay, par)
+    if eng.moe_spans_dp:
+        if lay["ep"] > 1 and lay["ep"] != tp * dp:
+            reasons.append(
+                f"{name}: {eng.label}'s expert parallelism spans all tp x dp GPUs (--enable-expert-parallel): "
+                f"write ep: {tp * dp}, or leave ep out to slice every expert over TP."
+            )
     elif ep > tp:
-        hint = _suggest_ep_layout(tp, ep, available) or ""
+        hint = _suggest_ep_layout(tp, ep, par["available"]) or ""
         reasons.append(
             f"{name}: ep ({ep}) is larger than tp ({tp}). In SGLang ep splits the experts inside the tp group, "
             f"so ep must divide tp; SGLang crashes at start with ZeroDivisionError (moe_tp = tp / ep = 0). {hint}".strip()
         )
-    elif eng.name != "vllm" and tp % ep:
+    elif tp % ep:
         reasons.append(
             f"{name}: ep ({ep}) must divide tp ({tp}): each of the ep groups takes tp/ep GPUs of the tp group."
         )
-    if lay["enable_dp_attention"] and eng.name != "vllm":
-        if dp == 1:
+    if lay["enable_dp_attention"]:
+        if not eng.dp_attention:
+            reasons.append(
+                f"{name}: {eng.label} has no --enable-dp-attention; with dp > 1 it already runs attention "
+                "data-parallel. Drop enable_dp_attention."
+            )
+        elif dp == 1:
             notes.append(
                 f"{name}: enable_dp_attention with dp 1 does nothing (SGLang turns it off); set dp > 1."
             )
@@ -112,13 +95,30 @@ def layout_problems(
             reasons.append(
                 f"{name}: dp-attention needs tp % dp == 0 (tp {tp}, dp {dp}): attention runs tp/dp-way inside each of the dp groups."
             )
+    if par["nnodes"] > 1 and not eng.multinode:
+        reasons.append(
+            f"{name}: multi-node {eng.label} is not supported here yet; use the sglang engine for nnodes > 1."
+        )
+    elif dp > 1 and par["nnodes"] > 1 and not par["dp_attention"] and not eng.moe_spans_dp:
+        reasons.append(
+            f"{name}: SGLang does not support multi-node data parallelism without dp-attention; use replicas: or enable_dp_attention."
+        )
+    return reasons, notes
+
+
+def layout_problems(
+    lay: dict, par: dict, spec: ModelSpec, hardware: dict, eng: Engine = SGLANG
+) -> tuple[list[str], list[str]]:
+    """(reasons the layout is invalid, notes that do not change the verdict)."""
+    name, tp, pp, ep = lay["name"], par["tp"], par["pp"], par["ep"]
+    gpu_count, nnodes = hardware["gpu_count"], par["nnodes"]
+    available = gpu_count * nnodes
+    used = par["gpus_per_engine"]
+    used_with_replicas = used * par["replicas"]
+    reasons, notes = _engine_problems(lay, {**par, "available": available}, eng)
     if (tp * pp) % nnodes:
         reasons.append(
             f"{name}: tp x pp ({tp * pp}) must be divisible by nnodes ({nnodes}): every host runs the same number of ranks."
-        )
-    if dp > 1 and nnodes > 1 and not par["dp_attention"] and eng.name != "vllm":
-        reasons.append(
-            f"{name}: SGLang does not support multi-node data parallelism without dp-attention; use replicas: or enable_dp_attention."
         )
     if used > available:
         where = f"the host has {gpu_count}" if nnodes == 1 else f"{nnodes} hosts x {gpu_count} = {available}"

@@ -20,7 +20,6 @@ from .memory import (
     CUDA_CONTEXT_GIB,
     MIN_DYNAMIC_GIB,
     TRANSIENT_LAYERS,
-    VLLM_ACTIVATION_GIB,
     allocation_sequence,
     decode_cost,
     kv_dtype_bytes,
@@ -242,8 +241,11 @@ def plan_layout(
     kv_gib_min = math.inf
     # SGLang sizes its pool from the memory free before load (CUDA context gone);
     # vLLM's utilization covers the whole card and its profiled activation peak.
-    reserve = mfs * CUDA_CONTEXT_GIB if eng.name != "vllm" else CUDA_CONTEXT_GIB + VLLM_ACTIVATION_GIB
-    kv_fixed_gib = _vllm_fixed_kv_gib(eng, args, lay["env"])
+    if eng.fraction_covers_activations:
+        reserve = CUDA_CONTEXT_GIB + eng.activation_reserve_gib
+    else:
+        reserve = mfs * CUDA_CONTEXT_GIB
+    kv_fixed_gib = _fixed_kv_gib(eng, args, lay["env"])
     for pp_rank, comps in enumerate(stages):
         w = sum(comps.values()) / GIB
         layers = ranges[pp_rank]
@@ -287,7 +289,7 @@ def plan_layout(
             f"and no {eng.fraction_flag} can help. Spread the model over more GPUs."
         )
     elif weights + reserve >= budget:
-        need = (weights + CUDA_CONTEXT_GIB + (VLLM_ACTIVATION_GIB if eng.name == "vllm" else 0)) / capacity
+        need = (weights + CUDA_CONTEXT_GIB + eng.activation_reserve_gib) / capacity
         plan["verdict"], plan["failure"] = "oom", "kv_no_memory"
         plan["reasons"].append(
             f"{lay['name']}: the weights ({weights:.1f} GiB per GPU) leave no KV cache inside the {budget:.1f} GiB "
@@ -306,18 +308,18 @@ def plan_layout(
     groups = par["dp"] if par["dp"] > 1 else 1
     plan["kv_tokens_total"] = tokens * groups * par["replicas"]
     if plan["verdict"] == "fits" and ctx and tokens < int(ctx):
-        if eng.name == "vllm":
+        if eng.short_kv_fatal:
             plan["verdict"], plan["failure"] = "oom", "kv_no_memory"
             plan["reasons"].append(
-                f"{lay['name']}: the KV cache holds {tokens} tokens, fewer than max_model_len {ctx}: vLLM refuses to "
-                f"start. Raise {fraction_key} or lower sglang_context_length."
+                f"{lay['name']}: the KV cache holds {tokens} tokens, fewer than the context length {ctx}: "
+                f"{eng.label} refuses to start. Raise {fraction_key} or lower sglang_context_length."
             )
         else:
             plan["notes"].append(
                 f"{lay['name']}: the KV cache holds {tokens} tokens, fewer than context_length {ctx}; "
                 "SGLang will cap request length."
             )
-    if plan["verdict"] == "fits" and eng.name != "vllm":
+    if plan["verdict"] == "fits" and not eng.fraction_covers_activations:
         dynamic = (1 - mfs) * capacity
         if dynamic < MIN_DYNAMIC_GIB:
             plan["notes"].append(
@@ -328,14 +330,13 @@ def plan_layout(
     return plan
 
 
-def _vllm_fixed_kv_gib(eng: Engine, args: dict, env: dict) -> float | None:
-    """vLLM sizes its KV cache from --kv-cache-memory-bytes, or on CPU from VLLM_CPU_KVCACHE_SPACE (GiB)."""
-    if eng.name != "vllm":
-        return None
-    if args.get("--kv-cache-memory-bytes") is not None:
-        return _float(args["--kv-cache-memory-bytes"], "kv_cache_memory_bytes") / GIB
-    if env.get("VLLM_CPU_KVCACHE_SPACE"):
-        return _float(env["VLLM_CPU_KVCACHE_SPACE"], "VLLM_CPU_KVCACHE_SPACE")
+def _fixed_kv_gib(eng: Engine, args: dict, env: dict) -> float | None:
+    """A KV-cache size given outright (vLLM: --kv-cache-memory-bytes, or on CPU VLLM_CPU_KVCACHE_SPACE
+    in GiB), else None: the fraction sizes it."""
+    if eng.kv_size_flag and args.get(eng.kv_size_flag) is not None:
+        return _float(args[eng.kv_size_flag], eng.kv_size_flag.lstrip("-").replace("-", "_")) / GIB
+    if eng.kv_size_env_gib and env.get(eng.kv_size_env_gib):
+        return _float(env[eng.kv_size_env_gib], eng.kv_size_env_gib)
     return None
 
 

@@ -37,9 +37,12 @@ def _flag_value(value) -> list[str]:
 
 
 def render_argv(spec, lay: dict, par: dict, serving: dict, args: dict, port: int, eng=None) -> list[str]:
-    """The engine's flags for one layout (without the launcher)."""
-    if eng is not None and eng.name == "vllm":
-        return _vllm_argv(spec, lay, par, serving, args, port)
+    """The engine's flags for one layout (without the launcher): each engine's own builder."""
+    return ARGV_BUILDERS[eng.name if eng is not None else "sglang"](spec, lay, par, serving, args, port)
+
+
+def _sglang_argv(spec, lay: dict, par: dict, serving: dict, args: dict, port: int) -> list[str]:
+    """`python -m sglang.launch_server` flags."""
     flags = ["--model-path", spec.path or spec.name, "--host", str(serving["host"]), "--port", str(port)]
     flags += ["--tp-size", str(par["tp"])]
     if par["pp"] > 1:
@@ -113,6 +116,10 @@ def _vllm_argv(spec, lay: dict, par: dict, serving: dict, args: dict, port: int)
     }
     _add_serving_flags(flags, serving, args, vllm_serving)
     return _append_args(flags, args)
+
+
+# engine -> its command line (the simulator is SGLang's engine entry: the same flags)
+ARGV_BUILDERS = {"sglang": _sglang_argv, "vllm": _vllm_argv}
 
 
 def render_env(lay: dict, gpu_ids: list[int], hardware: dict) -> dict[str, str]:
