@@ -49,21 +49,16 @@ def oracle_python(required=True, hint=""):
 @contextlib.contextmanager
 def simulator(work, decode_step_ms, prefill_ms_per_token=0.0, max_running=64):
     """The simulator for the block: yields (url, schedule log path)."""
-    log = Path(work) / "schedule.jsonl"
-    env = {
-        "SGLANG_SIM_SCHEDULE_LOG": str(log),
-        "SGLANG_SIM_DECODE_STEP_MS": str(decode_step_ms),
-        "SGLANG_SIM_PREFILL_MS_PER_TOKEN": str(prefill_ms_per_token),
-        "SGLANG_SIM_LOAD_SECONDS": "0.2",
-        "SGLANG_SIM_WARMUP_SECONDS": "0.1",
-    }
     with SimProcess(
         ["--tp-size", "8", "--max-running-requests", str(max(64, max_running))],
-        env=env,
+        env={"SGLANG_SIM_WARMUP_SECONDS": "0.1"},
         python=sys.executable,
+        decode_step_ms=decode_step_ms,
+        prefill_ms_per_token=prefill_ms_per_token,
+        schedule_log=Path(work) / "schedule.jsonl",
     ) as sim:
         sim.wait_ready()
-        yield f"http://127.0.0.1:{sim.port}", log
+        yield f"http://127.0.0.1:{sim.port}", sim.schedule_log
 
 
 def read_schedule(path):

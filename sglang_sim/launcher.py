@@ -34,8 +34,19 @@ class SimProcess:
         port: int | None = None,
         model_path=None,
         python: str | None = None,
+        decode_step_ms: float | None = None,
+        prefill_ms_per_token: float | None = None,
+        schedule_log=None,
     ):
+        """decode_step_ms, prefill_ms_per_token: the simulated speed; schedule_log: where the
+        simulator writes when each request arrived and each token was due (JSON lines)."""
         self.port = port or free_port()
+        self.schedule_log = Path(schedule_log) if schedule_log else None
+        knobs = {
+            "SGLANG_SIM_DECODE_STEP_MS": decode_step_ms,
+            "SGLANG_SIM_PREFILL_MS_PER_TOKEN": prefill_ms_per_token,
+            "SGLANG_SIM_SCHEDULE_LOG": schedule_log,
+        }
         self.model_path = str(model_path or DEFAULT_MODEL)
         self.argv = [
             python or sys.executable,
@@ -53,6 +64,7 @@ class SimProcess:
             "PYTHONPATH": pp,
             "SGLANG_SIM_LOAD_SECONDS": "0.2",
             "SGLANG_SIM_WARMUP_SECONDS": "0.2",
+            **{k: str(v) for k, v in knobs.items() if v is not None},
             **(env or {}),
         }
         self.lines: list[tuple[float, str]] = []

@@ -18,18 +18,14 @@ NUM, IN_LEN, OUT_LEN = 12, 64, 24
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
-    log = tmp_path_factory.mktemp("sim-bench") / "schedule.jsonl"
-    env = {
-        "SGLANG_SIM_DECODE_STEP_MS": "5",
-        "SGLANG_SIM_PREFILL_MS_PER_TOKEN": "0.01",
-        "SGLANG_SIM_SCHEDULE_LOG": str(log),
-        "SGLANG_SIM_HEALTH_POLL_SECONDS": "0.05",
-    }
     with SimProcess(
-        ["--tp-size", "8", "--max-running-requests", "4", "--served-model-name", "kimi-sim"], env=env
+        ["--tp-size", "8", "--max-running-requests", "4", "--served-model-name", "kimi-sim"],
+        env={"SGLANG_SIM_HEALTH_POLL_SECONDS": "0.05"},
+        decode_step_ms=5,
+        prefill_ms_per_token=0.01,
+        schedule_log=tmp_path_factory.mktemp("sim-bench") / "schedule.jsonl",
     ) as s:
         s.wait_ready()
-        s.schedule_log = log
         yield s
 
 

@@ -53,20 +53,14 @@ def sse(url: str, body: dict, timeout: float = 30.0) -> list[tuple[float, str]]:
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
-    log = tmp_path_factory.mktemp("sim") / "schedule.jsonl"
-    env = {
-        "SGLANG_SIM_DECODE_STEP_MS": "20",
-        "SGLANG_SIM_PREFILL_MS_PER_TOKEN": "0.01",
-        "SGLANG_SIM_SCHEDULE_LOG": str(log),
-        "SGLANG_SIM_HEALTH_POLL_SECONDS": "0.05",
-        "SGLANG_SIM_EOS_MEAN": "8",
-    }
     with SimProcess(
         ["--tp-size", "8", "--enable-metrics", "--max-running-requests", "3", "--served-model-name", "kimi"],
-        env=env,
+        env={"SGLANG_SIM_HEALTH_POLL_SECONDS": "0.05", "SGLANG_SIM_EOS_MEAN": "8"},
+        decode_step_ms=20,
+        prefill_ms_per_token=0.01,
+        schedule_log=tmp_path_factory.mktemp("sim") / "schedule.jsonl",
     ) as s:
         s.wait_ready()
-        s.schedule_log = log
         yield s
 
 
