@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import sys
 
+from oracle_sleeps import recorded_sleeps  # this folder: the script's own sys.path[0]
+
 
 def main() -> int:
     import numpy as np
@@ -26,19 +28,10 @@ def main() -> int:
     results = []
 
     async def stand_in(**kw):
-        gaps = []
-
-        async def record(delay, *args, **kwargs):
-            gaps.append(float(delay))
-
-        real_sleep = serving.asyncio.sleep
-        serving.asyncio.sleep = record
-        try:
-            n = 0
+        n = 0
+        with recorded_sleeps(serving) as gaps:
             async for _ in serving.get_request(kw["input_requests"], kw["request_rate"]):
                 n += 1
-        finally:
-            serving.asyncio.sleep = real_sleep
         # the generator draws (and sleeps) once more after the last request: that gap is never used
         results.append(
             {

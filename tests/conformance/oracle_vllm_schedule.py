@@ -18,6 +18,8 @@ import contextlib
 import json
 import sys
 
+from oracle_sleeps import recorded_sleeps  # this folder: the script's own sys.path[0]
+
 
 def main() -> int:
     import numpy as np
@@ -28,21 +30,12 @@ def main() -> int:
     results = []
 
     async def stand_in(**kw):
-        delays = []
-
-        async def record(delay, *args, **kwargs):
-            delays.append(float(delay))
-
-        real_sleep, real_time = serve.asyncio.sleep, serve.time.time
-        serve.asyncio.sleep, serve.time.time = record, lambda: 0.0
         n = 0
-        try:
+        with recorded_sleeps(serve, clock=0.0) as delays:
             async for _ in serve.get_request(kw["input_requests"], kw["request_rate"], kw["burstiness"]):
                 if len(delays) < n + 1:
                     delays.append(0.0)  # no sleep: its delay was 0
                 n += 1
-        finally:
-            serve.asyncio.sleep, serve.time.time = real_sleep, real_time
         results.append({"delays": delays, "num_requests": n, "numpy": np.__version__})
         raise SystemExit(0)
 
