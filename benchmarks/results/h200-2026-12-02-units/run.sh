@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Glue for one offline GPU host lease: wheels in /opt/wheels, ansible-core from them, the project's
+# own `make gpu-sweep` in its own session, polled; then one layout with an API key; results packed.
+# usage: gpu.sh probe | start | poll [seconds] | keyed | pack
+set -u
+cd "$(dirname "$0")/.."
+ANS=/opt/ans-site
+GPU_ANSIBLE="env PYTHONPATH=$ANS python3 $ANS/bin/ansible-playbook"
+VARS="-e @$PWD/.device/gpu-vars.yml"
+case "$1" in
+probe)
+  mkdir -p /opt/wheels; cp .whl/p1/*.whl /opt/wheels/ 2>/dev/null; ls /opt/wheels | wc -l
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  command -v python3 nvcc ninja; python3 -V
+  python3 -c 'import torch, sys; print(torch.__version__, torch.cuda.is_available(), sys.prefix)'
+  echo "pid1: $(ps -p 1 -o comm=)"; df -h / | tail -1; nproc
+  ;;
+start)
+  mkdir -p /opt/wheels; cp .whl/p2/*.whl /opt/wheels/; ls /opt/wheels | wc -l
+  python3 -m pip install -q --no-index --no-deps --no-compile --target $ANS .whl/ans/*.whl || exit 1
+  env PYTHONPATH=$ANS python3 $ANS/bin/ansible-playbook --version | head -2
+  rm -rf results build .cache
+  setsid bash -c "make gpu-sweep GPU_ANSIBLE='$GPU_ANSIBLE' GPU_MODELS='${GPU_MODELS:-qwen3-30b-a3b kimi-k2.6-cut18}' GPU_RUN_ID=${RUN:-h200b} GPU_ARGS='$VARS' > /tmp/gpu-sweep.log 2>&1; echo EXIT=\$? >> /tmp/gpu-sweep.log" < /dev/null > /dev/null 2>&1 &
+  sleep 5; tail -3 /tmp/gpu-sweep.log
+  ;;
+poll)
+  end=$((SECONDS + ${2:-500}))
+  while [ $SECONDS -lt $end ]; do grep -q '^EXIT=' /tmp/gpu-sweep.log && break; sleep 5; done
+  grep -E '^== gpu-sweep|gpu-host sglang-|fatal:|failed=|FAILED|EXIT=|ok=' /tmp/gpu-sweep.log | tail -60
+  tail -5 /tmp/gpu-sweep.log
+  ;;
+keyed)
+  # The sweep of one layout under an API key (keyed-vars.yml), while a loop asks /v1/models with and
+  # without the key every 5 s; then where the key is found on the host.
+  mkdir -p /opt/wheels; cp .whl/p2/*.whl /opt/wheels/
+  python3 -m pip install -q --no-index --no-deps --no-compile --target $ANS .whl/ans/*.whl || exit 1
+  rm -rf results build .cache
+  ( for i in $(seq 1 100); do
+      a=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/v1/models)
+      b=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer sk-h200-lease-canary' http://127.0.0.1:30000/v1/models)
+      h=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/health)
+      echo "$(date +%T) no-key=$a key=$b health=$h"; sleep 5; done > /tmp/keyed-probe.log 2>&1 ) &
+  make gpu-sweep GPU_ANSIBLE="$GPU_ANSIBLE" GPU_MODELS=qwen3-30b-a3b GPU_RUN_ID=h200b-keyed \
+    GPU_ARGS="-e @$PWD/.device/keyed-vars.yml" > /tmp/keyed.log 2>&1; echo sweep rc=$?
+  grep -E 'gpu-host sglang-|fatal:|ok=' /tmp/keyed.log | tail -12
+  sort /tmp/keyed-probe.log | awk '{print $2, $3, $4}' | uniq -c
+  grep -rl 'sk-h200-lease-canary' /var/lib/sglang /etc /root/.ansible results build /tmp/keyed.log 2>/dev/null | sed 's/^/key found in: /'
+  ;;
+pack)
+  mkdir -p $OUT; cp /tmp/gpu-sweep.log /tmp/keyed.log /tmp/keyed-probe.log $OUT/ 2>/dev/null
+  tar czf $OUT/results.tgz results build/plan /var/lib/sglang/run/*.log 2>/dev/null; ls -la $OUT
+  ;;
+esac
