@@ -155,6 +155,8 @@ def wait_ready(
             "phase": phase,
             # from reading the first fatal line to this verdict (the poll adds up to `poll` before it)
             "verdict_s_after_line": round(time.time() - found_at, 3) if line and found_at else None,
+            # from the start of the wait to this verdict (against the health timeout)
+            "waited_s": round(elapsed(), 3),
         }
         what = f"{cls}: {line[:300]}" if line else f"{cls}: {ev['exit_status'] or 'no fatal line'}"
         raise HealthFailure(

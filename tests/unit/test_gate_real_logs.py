@@ -75,6 +75,8 @@ def test_each_failure_gets_its_class(tmp_path, name, expected):
     assert failure.evidence["line"].startswith(line_start)
     assert failure.evidence["log_tail"]
     assert cls in logclass.CLASSES
+    # the gate says how long it waited for its verdict (the replayed log is compressed to seconds)
+    assert 0 < failure.evidence["waited_s"] < GATE.get("timeout", 60)
 
 
 def test_a_jit_build_failure_says_what_to_check():
