@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 
-from oracle_sleeps import recorded_sleeps  # this folder: the script's own sys.path[0]
+from oracle_sleeps import count_requests, recorded_sleeps  # this folder: the script's own sys.path[0]
 
 
 def main() -> int:
@@ -28,10 +28,8 @@ def main() -> int:
     results = []
 
     async def stand_in(**kw):
-        n = 0
         with recorded_sleeps(serving) as gaps:
-            async for _ in serving.get_request(kw["input_requests"], kw["request_rate"]):
-                n += 1
+            n = await count_requests(serving.get_request(kw["input_requests"], kw["request_rate"]))
         # the generator draws (and sleeps) once more after the last request: that gap is never used
         results.append(
             {

@@ -29,3 +29,14 @@ def recorded_sleeps(module, clock: float | None = None):
         module.asyncio.sleep = real_sleep
         if real_time is not None:
             module.time.time = real_time
+
+
+async def count_requests(requests, pad_delays=None) -> int:
+    """Iterate a load generator's request stream; with pad_delays (the recorded list), a request
+    that slept nothing gets a delay of 0.0 so request i's delay stays at index i."""
+    n = 0
+    async for _ in requests:
+        if pad_delays is not None and len(pad_delays) < n + 1:
+            pad_delays.append(0.0)
+        n += 1
+    return n

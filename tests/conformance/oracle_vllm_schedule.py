@@ -18,7 +18,7 @@ import contextlib
 import json
 import sys
 
-from oracle_sleeps import recorded_sleeps  # this folder: the script's own sys.path[0]
+from oracle_sleeps import count_requests, recorded_sleeps  # this folder: the script's own sys.path[0]
 
 
 def main() -> int:
@@ -30,12 +30,9 @@ def main() -> int:
     results = []
 
     async def stand_in(**kw):
-        n = 0
         with recorded_sleeps(serve, clock=0.0) as delays:
-            async for _ in serve.get_request(kw["input_requests"], kw["request_rate"], kw["burstiness"]):
-                if len(delays) < n + 1:
-                    delays.append(0.0)  # no sleep: its delay was 0
-                n += 1
+            requests = serve.get_request(kw["input_requests"], kw["request_rate"], kw["burstiness"])
+            n = await count_requests(requests, pad_delays=delays)  # no sleep: its delay was 0
         results.append({"delays": delays, "num_requests": n, "numpy": np.__version__})
         raise SystemExit(0)
 

@@ -11,21 +11,15 @@ import json
 
 import pytest
 
-from sglang_sim.launcher import SimProcess
+from tests.helpers.sims import scheduled_sim
 
 NUM, IN_LEN, OUT_LEN = 12, 64, 24
 
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
-    with SimProcess(
-        ["--tp-size", "8", "--max-running-requests", "4", "--served-model-name", "kimi-sim"],
-        env={"SGLANG_SIM_HEALTH_POLL_SECONDS": "0.05"},
-        decode_step_ms=5,
-        prefill_ms_per_token=0.01,
-        schedule_log=tmp_path_factory.mktemp("sim-bench") / "schedule.jsonl",
-    ) as s:
-        s.wait_ready()
+    args = ["--tp-size", "8", "--max-running-requests", "4", "--served-model-name", "kimi-sim"]
+    with scheduled_sim(tmp_path_factory.mktemp("sim-bench"), args, decode_step_ms=5) as s:
         yield s
 
 

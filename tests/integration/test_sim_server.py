@@ -15,6 +15,7 @@ import pytest
 
 from sglang_sim.launcher import DEFAULT_MODEL, SimProcess
 from tests.helpers.demo import kimi_plan
+from tests.helpers.sims import scheduled_sim
 
 
 def get(url: str, timeout: float = 10.0):
@@ -53,14 +54,16 @@ def sse(url: str, body: dict, timeout: float = 30.0) -> list[tuple[float, str]]:
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
-    with SimProcess(
-        ["--tp-size", "8", "--enable-metrics", "--max-running-requests", "3", "--served-model-name", "kimi"],
-        env={"SGLANG_SIM_HEALTH_POLL_SECONDS": "0.05", "SGLANG_SIM_EOS_MEAN": "8"},
-        decode_step_ms=20,
-        prefill_ms_per_token=0.01,
-        schedule_log=tmp_path_factory.mktemp("sim") / "schedule.jsonl",
-    ) as s:
-        s.wait_ready()
+    args = [
+        "--tp-size",
+        "8",
+        "--enable-metrics",
+        "--max-running-requests",
+        "3",
+        "--served-model-name",
+        "kimi",
+    ]
+    with scheduled_sim(tmp_path_factory.mktemp("sim"), args, decode_step_ms=20, SGLANG_SIM_EOS_MEAN="8") as s:
         yield s
 
 

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Glue for one offline GPU host lease: wheels in /opt/wheels, ansible-core from them, the project's
 # own `make gpu-sweep` in its own session, polled; then one layout with an API key; results packed.
-# usage: gpu.sh probe | start | poll [seconds] | keyed | pack
+# The wheels travel in .whl/p1, .whl/p2 (SGLang 0.5.16's closure, split under the 64 MiB a copy may
+# hold) and .whl/ans (ansible-core); the host variables are GPU_VARS and KEYED_VARS.
+# usage: benchmarks/gpu_lease.sh probe | start | poll [seconds] | keyed | pack
 set -u
 cd "$(dirname "$0")/.."
 ANS=/opt/ans-site
 GPU_ANSIBLE="env PYTHONPATH=$ANS python3 $ANS/bin/ansible-playbook"
-VARS="-e @$PWD/.device/gpu-vars.yml"
+RESULTS=benchmarks/results/h200-2026-12-02-units
+VARS="-e @$PWD/${GPU_VARS:-$RESULTS/gpu-vars.yml}"
+KEYED="-e @$PWD/${KEYED_VARS:-$RESULTS/keyed-vars.yml}"
 case "$1" in
 probe)
   mkdir -p /opt/wheels; cp .whl/p1/*.whl /opt/wheels/ 2>/dev/null; ls /opt/wheels | wc -l
@@ -41,7 +45,7 @@ keyed)
       h=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:30000/health)
       echo "$(date +%T) no-key=$a key=$b health=$h"; sleep 5; done > /tmp/keyed-probe.log 2>&1 ) &
   make gpu-sweep GPU_ANSIBLE="$GPU_ANSIBLE" GPU_MODELS=qwen3-30b-a3b GPU_RUN_ID=h200b-keyed \
-    GPU_ARGS="-e @$PWD/.device/keyed-vars.yml" > /tmp/keyed.log 2>&1; echo sweep rc=$?
+    GPU_ARGS="$KEYED" > /tmp/keyed.log 2>&1; echo sweep rc=$?
   grep -E 'gpu-host sglang-|fatal:|ok=' /tmp/keyed.log | tail -12
   sort /tmp/keyed-probe.log | awk '{print $2, $3, $4}' | uniq -c
   grep -rl 'sk-h200-lease-canary' /var/lib/sglang /etc /root/.ansible results build /tmp/keyed.log 2>/dev/null | sed 's/^/key found in: /'
