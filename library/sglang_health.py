@@ -259,6 +259,10 @@ def _fail(module, exc: HealthFailure, url: str):
     )
 
 
+# the options of mode=wait that reach the gate (health_gate.wait_ready) as they are
+WAIT_OPTIONS = ("timeout", "poll", "grace", "api_key", "confirm", "resume")
+
+
 def preflight(module, url):
     """Read-only: exits (ok) or fails with failure_class=refused."""
     p = module.params
@@ -367,19 +371,8 @@ def main():
             _fail(module, exc, url)
         module.exit_json(changed=False, unit=p["unit"], msg=f"{p['unit']} runs and logged no fatal line")
     try:
-        facts = wait_ready(
-            url,
-            follower,
-            state_fn,
-            timeout=p["timeout"],
-            poll=p["poll"],
-            grace=p["grace"],
-            api_key=p["api_key"],
-            confirm=p["confirm"],
-            engine=engine,
-            slice_s=p["slice_s"] or None,
-            resume=p["resume"],
-        )
+        passed = {k: p[k] for k in WAIT_OPTIONS}
+        facts = wait_ready(url, follower, state_fn, engine=engine, slice_s=p["slice_s"] or None, **passed)
     except HealthFailure as exc:
         _fail(module, exc, url)
     module.exit_json(changed=False, unit=p["unit"], **facts)
