@@ -27,6 +27,7 @@ per client to show which of the two is closer to what the server did.
     make bench-rate          # SGLANG_ORACLE_PY=.venv/sglang/bin/python benchmarks/bench_rate.py
     python benchmarks/bench_rate.py --rates 20 inf --num-prompts 400
     python benchmarks/bench_rate.py --rates 8 --num-prompts 80 --ttft-probe --vllm   # also vLLM's client
+    python benchmarks/bench_rate.py --rates 8 --num-prompts 80 --connection keep_alive  # the module's default
 
 With --vllm (needs `make vllm`) each rate also runs sglang_bench with api completions and arrival_rng vllm
 against `vllm bench serve --backend vllm` (vLLM 0.32: the same seed gives the same delays, see
@@ -244,6 +245,7 @@ def run_ours(url, args, rate_arg, rid_prefix, **options):
         seed=args.seed,
         rid_prefix=rid_prefix,
         telemetry=False,
+        connection=args.connection,
         **options,
     )
     return bench.run_benchmark(cfg)["levels"][0]
@@ -317,6 +319,14 @@ def main(argv=None):
     )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument(
+        "--connection",
+        choices=["per_request", "keep_alive"],
+        default="per_request",
+        help="sglang_bench's connection mode: per_request (the default here) opens a connection per request as "
+        "bench_serving and vllm bench serve do, so both TTFTs include a TCP connect; keep_alive is the "
+        "module's own default (one connection per stream, opened ahead)",
+    )
+    ap.add_argument(
         "--vllm",
         action="store_true",
         help="per rate, also compare with `vllm bench serve` (from .venv/vllm, `make vllm`): sglang_bench with "
@@ -334,7 +344,7 @@ def main(argv=None):
     print(
         f"settings: rates {args.rates} req/s, {args.num_prompts} requests per rate, input {args.input_len} / output "
         f"{args.output_len} tokens (random ids, fixed), seed {args.seed}, max concurrency {args.max_concurrency}, "
-        f"simulator decode step {args.decode_step_ms:g} ms"
+        f"simulator decode step {args.decode_step_ms:g} ms, sglang_bench connection {args.connection}"
     )
     tokenizer = find_tokenizer(oracle_py)
     vocab_size = tokenizer_vocab_size(oracle_py, tokenizer)

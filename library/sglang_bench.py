@@ -129,6 +129,16 @@ options:
       below 1 burstier, above 1 more regular (as vLLM's and SGLang's C(--burstiness)).
     type: float
     default: 1.0
+  connection:
+    description:
+      - How the client connects. C(keep_alive) (the default) keeps one HTTP/1.1 connection per stream, opened
+        before the level starts, as a serving client (the OpenAI SDK, a router) does.
+      - C(per_request) opens a connection for every request and closes it after the answer, which is what
+        C(sglang.bench_serving) and C(vllm bench serve) do (a new aiohttp session per request); their TTFT then
+        includes the TCP connect. For conformance runs against them.
+    type: str
+    choices: [keep_alive, per_request]
+    default: keep_alive
   arrival_rng:
     description:
       - Which generator draws the gaps between arrivals of the rate levels.
@@ -443,6 +453,7 @@ def main():
             request_rates=dict(type="list", elements="raw", default=[]),
             burstiness=dict(type="float", default=1.0),
             arrival_rng=dict(type="str", default="python", choices=["python", "bench_serving", "vllm"]),
+            connection=dict(type="str", default="keep_alive", choices=["keep_alive", "per_request"]),
             max_concurrency=dict(type="int"),
             duration_s=dict(type="float"),
             dataset=dict(type="dict"),
@@ -476,6 +487,7 @@ def main():
             request_rates=p["request_rates"],
             burstiness=p["burstiness"],
             arrival_rng=p["arrival_rng"],
+            connection=p["connection"],
             max_concurrency=p["max_concurrency"],
             duration_s=p["duration_s"],
             dataset=p["dataset"],

@@ -39,12 +39,16 @@ KNEE_FRACTION = 0.9
 ACHIEVED_CONCURRENCY_WARN = 0.9
 RATE_LEVEL_S = 30.0  # a rate level without num_prompts / duration_s sends about this many seconds of arrivals
 RATE_POOL_PREOPEN = 64  # connections opened before a rate level starts (more are opened on demand)
+# keep_alive: one connection per stream, opened ahead; per_request: one per request (bench_serving's way)
+CONNECTIONS = ("keep_alive", "per_request")
 LATE_SEND_WARN_MS = 5.0
 ACHIEVED_RATE_WARN = 0.95
 FORMULAS = {
-    "clock": "time.perf_counter() on the client (monotonic, CLOCK_MONOTONIC on Linux); each stream keeps one HTTP/1.1 "
-    "keep-alive connection, opened before the level starts; t_start is taken just before the request is written "
-    "(before the TCP connect when a connection has to be reopened); arrival times are taken in "
+    "clock": "time.perf_counter() on the client (monotonic, CLOCK_MONOTONIC on Linux); with connection keep_alive "
+    "(the default) each stream keeps one HTTP/1.1 keep-alive connection, opened before the level starts; with "
+    "connection per_request every request opens its own and closes it after the answer (what bench_serving and vllm "
+    "bench serve do: their TTFT includes the TCP connect); t_start is taken just before the request is written "
+    "(before the TCP connect when a connection has to be opened); arrival times are taken in "
     "the read callback (asyncio.BufferedProtocol.buffer_updated, recv_into a 64 KiB buffer) before any parsing; "
     "parsing runs in the next loop pass, after every socket readable at that moment has been read and stamped",
     "completed": "requests that returned HTTP 200, streamed to [DONE] (or a finish_reason) without an error event, "
@@ -151,6 +155,7 @@ def make_config(
     telemetry=True,
     telemetry_interval=TELEMETRY_INTERVAL_S,
     arrival_rng="python",
+    connection="keep_alive",
 ):
     """Validate the arguments and return the normalised configuration mapping.
 
@@ -192,6 +197,8 @@ def make_config(
         raise BenchError(f"context_length must be an integer >= 2 (or null), not {context_length!r}")
     if not is_number(telemetry_interval) or not 0.05 <= telemetry_interval <= 3600:
         raise BenchError(f"telemetry_interval must be in [0.05, 3600] seconds, not {telemetry_interval!r}")
+    if connection not in CONNECTIONS:
+        raise BenchError(f"connection must be one of {', '.join(CONNECTIONS)}, not {connection!r}")
     if arrival_rng not in ARRIVAL_RNGS:
         raise BenchError(f"arrival_rng must be one of {', '.join(ARRIVAL_RNGS)}, not {arrival_rng!r}")
     if arrival_rng != "python":
@@ -254,6 +261,7 @@ def make_config(
         "telemetry": bool(telemetry),
         "telemetry_interval": float(telemetry_interval),
         "arrival_rng": arrival_rng,
+        "connection": connection,
     }
     cfg["_pairs"] = pairs
     return cfg
@@ -530,13 +538,15 @@ async def run_level(cfg, spec, index, progress=None, keep_requests=False):
     bodies = [request_body(cfg, rid, prompt, out, rng) for rid, (prompt, out) in zip(rids, work)]  # noqa: B905
     extra = f", {cfg['warmup']} warmup" + ("" if rate is None else f", open loop at {rate_label(rate)} req/s")
     say(progress, f"level {label} start: {n} requests{extra}")
+    keep_alive = cfg["connection"] == "keep_alive"
     if rate is None:
-        clients = [Client(endpoint) for _ in range(min(concurrency, n))]
+        clients = [Client(endpoint, keep_alive) for _ in range(min(concurrency, n))]
     else:
-        clients = [Client(endpoint) for _ in range(min(concurrency or n, n, RATE_POOL_PREOPEN))]
+        clients = [Client(endpoint, keep_alive) for _ in range(min(concurrency or n, n, RATE_POOL_PREOPEN))]
     telemetry = None
     try:
-        await asyncio.gather(*(cl.connect(min(cfg["request_timeout"], 30.0)) for cl in clients))
+        if keep_alive:
+            await asyncio.gather(*(cl.connect(min(cfg["request_timeout"], 30.0)) for cl in clients))
         warm_failed = 0
         if warm:
             for raw in await run_closed_loop(clients, cfg, warm):

@@ -273,8 +273,9 @@ class Client:
     at once, before the asyncio transport is set up, so no loop iteration sits between t_start and
     the request leaving."""
 
-    def __init__(self, endpoint: Endpoint):
+    def __init__(self, endpoint: Endpoint, keep_alive: bool = True):
         self.endpoint = endpoint
+        self.keep_alive = keep_alive  # False: a connection of its own per request, closed after the answer
         self.conn = None
 
     def close(self):
@@ -400,7 +401,7 @@ class Client:
             out["error"] = f"HTTP {response.status}: {response.body[:300].decode('utf-8', 'replace').strip()}"
         elif exc is not None and not response.complete:
             out["error"] = f"connection lost: {exc}"
-        if not (response.complete and response.keep_alive) or self.conn.closed:
+        if not (self.keep_alive and response.complete and response.keep_alive) or self.conn.closed:
             self.close()
         else:
             self.conn.response = None
@@ -440,7 +441,7 @@ async def run_open_loop(endpoint, clients, cfg, bodies, offsets, cap):
             if idle:
                 client = idle.pop()
             else:
-                client = Client(endpoint)
+                client = Client(endpoint, cfg["connection"] == "keep_alive")
                 clients.append(client)  # closed with the others when the level ends
             out = await client.request(cfg["path"], body, cfg["request_timeout"])
             idle.append(client)

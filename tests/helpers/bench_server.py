@@ -43,6 +43,7 @@ class FakeState:
         self.bodies = []
         self.inflight = 0
         self.max_inflight = 0
+        self.peers = []  # (address, port) of the connection of each measured request
 
 
 def make_handler(state: FakeState):
@@ -94,6 +95,9 @@ def make_handler(state: FakeState):
                 state.bodies.append(body)
             rid = body.get("rid")
             measured = "-r" in (rid or "")
+            if measured:
+                with state.lock:
+                    state.peers.append(self.client_address)  # which connection carried it
             if measured and state.fail_every and idx % state.fail_every == 0:
                 self._json(500, {"error": {"message": "boom"}})
                 return

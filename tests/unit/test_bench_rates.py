@@ -628,3 +628,32 @@ def test_a_between_levels_check_stops_the_ladder_and_the_search(monkeypatch):
         keep_going=lambda lv: False,
     )
     assert calls == [1.0] and search["stopped"] == "stopped between levels"
+
+
+@pytest.mark.parametrize(
+    ("connection", "rates"), [("keep_alive", []), ("per_request", []), ("per_request", [50])]
+)
+def test_per_request_connections_open_one_connection_per_request(connection, rates):
+    """per_request is bench_serving's way (a new connection per request, closed after the answer);
+    keep_alive keeps one connection per stream."""
+    with FakeServer(step_s=0.002, first_s=0.005) as srv:
+        cfg = rate_config(
+            srv.url,
+            concurrency=[] if rates else [1],
+            request_rates=rates,
+            num_prompts=4,
+            input_len=4,
+            output_len=3,
+            warmup=0,
+            connection=connection,
+        )
+        out = bench.run_benchmark(cfg)
+        peers = list(srv.state.peers)
+    assert out["config"]["connection"] == connection
+    assert out["levels"][0]["completed"] == 4 and len(peers) == 4
+    assert len(set(peers)) == (4 if connection == "per_request" else 1)
+
+
+def test_an_unknown_connection_mode_is_refused_before_any_request():
+    with pytest.raises(bench.BenchError, match="connection must be one of keep_alive, per_request"):
+        rate_config("http://127.0.0.1:1", request_rates=[4], connection="pooled")
