@@ -126,8 +126,9 @@ bench-sim: $(STAMP) ## does the simulator keep its schedule at 64 streams x 100 
 bench-client: $(STAMP) $(ORACLE_STAMP) ## sglang_bench vs the simulator's schedule and vs sglang.bench_serving
 	SGLANG_ORACLE_PY=$(abspath $(ORACLE_PY)) $(PY) benchmarks/bench_client.py
 
-bench-rate: $(STAMP) $(ORACLE_STAMP) ## request-rate mode vs sglang.bench_serving --request-rate on the simulator (ratios)
-	SGLANG_ORACLE_PY=$(CURDIR)/$(ORACLE_PY) $(PY) benchmarks/bench_rate.py
+bench-rate: $(STAMP) $(ORACLE_STAMP) ## request-rate mode vs sglang.bench_serving (and with ARGS=--vllm vllm bench serve) on the simulator (ratios)
+	$(if $(findstring --vllm,$(ARGS)),$(MAKE) --no-print-directory vllm)
+	SGLANG_ORACLE_PY=$(CURDIR)/$(ORACLE_PY) $(PY) benchmarks/bench_rate.py $(ARGS)
 
 bench-health: $(STAMP) ## latency from a fatal line / process exit to the health verdict
 	$(PY) benchmarks/bench_health.py
