@@ -7,7 +7,7 @@ import io
 import json
 
 import pytest
-from sglang_layouts import bench, report, results
+from sglang_layouts import bench, bench_slo, report, results
 
 SLO = {"ttft_p99_ms": 2000.0, "itl_p99_ms": 50.0}
 
@@ -150,3 +150,28 @@ def test_a_record_of_the_old_schema_still_loads(tmp_path):
     assert "rate_throughput.png" not in out["files"] and "throughput.png" in out["files"]
     row = report.rows(results.load_run(str(rd), "old"))[0]
     assert row["slo_max_rate"] is None and row["cost_peak"] is None
+
+
+def test_a_pass_above_a_missed_rate_is_said_and_not_counted(tmp_path):
+    """What real SGLang did on the H200 (fp8 KV cache): 4 req/s missed the SLO, all requests at once
+    met it. The search looks below 4; the report says the burst met it and that it does not count."""
+    levels = [_lv(4.0, 800.0, 900.0, False, 100.0), _lv("inf", 2200.0, 1800.0, True, 2100.0)]
+    slo = bench_slo.make_slo({"ttft_p99_ms": 2000, "itl_p99_ms": 50, "search": True, "search_steps": 2})
+    search = bench_slo.slo_search(
+        {"slo": slo}, levels, lambda rate, step: _lv(rate, 300.0 * rate, 500.0, rate <= 2.0, 290.0 * rate)
+    )
+    assert search["slo_max_rate"] == 2.0 and search["met_above_bracket"] == ["inf"]
+    summary = {**bench.summarize(levels, slo_max_rate=search["slo_max_rate"]), "slo_search": search}
+    rec = results.build_record(
+        "slo",
+        "h200",
+        "tp1-fp8kv",
+        "ok",
+        plan={"verdict": "fits", "gpus_used": 1},
+        bench={"summary": summary, "levels": levels, "config": {}, "server": {}},
+        gpu_hour_cost=2.5,
+    )
+    results.write_record(str(tmp_path), rec)
+    md = report.build_report(str(tmp_path), "slo", plots=False)["markdown"]
+    assert "tp1-fp8kv: max rate under the SLO 2.00 req/s" in md
+    assert "met it again at inf req/s above the missed 3.00 req/s (not counted" in md
