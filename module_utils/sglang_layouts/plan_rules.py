@@ -99,9 +99,9 @@ def _engine_problems(lay: dict, par: dict, eng: Engine) -> tuple[list[str], list
         reasons.append(
             f"{name}: multi-node {eng.label} is not supported here yet; use the sglang engine for nnodes > 1."
         )
-    elif dp > 1 and par["nnodes"] > 1 and not par["dp_attention"] and not eng.moe_spans_dp:
+    elif dp > 1 and par["nnodes"] > 1 and not par["dp_attention"]:
         reasons.append(
-            f"{name}: SGLang does not support multi-node data parallelism without dp-attention; use replicas: or enable_dp_attention."
+            f"{name}: {eng.label} does not support multi-node data parallelism without dp-attention; use replicas: or enable_dp_attention."
         )
     return reasons, notes
 

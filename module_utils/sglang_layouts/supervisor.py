@@ -39,6 +39,7 @@ import time
 from .engines import SGLANG
 from .fileio import write_atomic
 from .logclass import STOP_MARKER
+from .secrets import KEY_CONFIG_PLACEHOLDER, KEY_PLACEHOLDER
 
 SECRET_ENV = "SGLANG_API_KEY"
 
@@ -61,7 +62,7 @@ kw = {}
 if spec.get("user") and os.geteuid() == 0:
     kw = {"user": spec["user"], "group": spec.get("group") or None, "extra_groups": spec.get("extra_groups") or []}
 keyfile = None
-if secret and "${SGLANG_API_KEY_CONFIG}" in spec["argv"]:
+if secret and @KEY_CONFIG_PLACEHOLDER@ in spec["argv"]:
     # SGLang's --config YAML file keeps the key off the command line (/proc/PID/cmdline is world-readable)
     keyfile = spec["exit"][: -len(".exit")] + ".key.yaml"
     if os.path.exists(keyfile):
@@ -72,7 +73,7 @@ if secret and "${SGLANG_API_KEY_CONFIG}" in spec["argv"]:
         os.fchown(fd, pwd.getpwnam(spec["user"]).pw_uid, -1)
     os.write(fd, json.dumps({@CONFIG_KEY@: secret}).encode() + b"\n")
     os.close(fd)
-argv = [a.replace("${SGLANG_API_KEY_CONFIG}", keyfile or "").replace("${SGLANG_API_KEY}", secret or "")
+argv = [a.replace(@KEY_CONFIG_PLACEHOLDER@, keyfile or "").replace(@KEY_PLACEHOLDER@, secret or "")
         for a in spec["argv"]]
 log = open(spec["log"], "ab", buffering=0)
 env.pop("SGLANG_API_KEY", None)   # the key reaches the engine through --config (or --api-key) only
@@ -103,8 +104,14 @@ os.replace(tmp, spec["exit"])
 if keyfile and os.path.exists(keyfile):
     os.unlink(keyfile)
 """
-# SGLang's --config key for the API key (engines.py): the one place that spells it
-WRAPPER = WRAPPER.replace("@CONFIG_KEY@", json.dumps(SGLANG.api_key_config_key))
+# The spellings the wrapper needs come from their one place: SGLang's --config key for the API key
+# (engines.py) and the argv placeholders the role writes (secrets.py).
+for _name, _value in (
+    ("@CONFIG_KEY@", SGLANG.api_key_config_key),
+    ("@KEY_CONFIG_PLACEHOLDER@", KEY_CONFIG_PLACEHOLDER),
+    ("@KEY_PLACEHOLDER@", KEY_PLACEHOLDER),
+):
+    WRAPPER = WRAPPER.replace(_name, json.dumps(_value))
 
 
 class SupervisorError(RuntimeError):

@@ -644,7 +644,6 @@ def test_per_request_connections_open_one_connection_per_request(connection, rat
             num_prompts=4,
             input_len=4,
             output_len=3,
-            warmup=0,
             connection=connection,
         )
         out = bench.run_benchmark(cfg)
