@@ -61,12 +61,14 @@ report: $(STAMP) ## rebuild the report of the latest (or RUN_ID=) run from store
 sim: $(STAMP) ## run the simulated engine in the foreground: make sim ARGS="--model-path models/kimi-k2.6 --tp-size 8 --ep-size 8"
 	$(PY) -m sglang_sim $(ARGS)
 
-# The suites on real parts run side by side: molecule mostly waits on containers, the pytest
-# suites on simulated servers and ansible-playbook, so on a 2-core box together they take about
-# as long as the longest one. Each suite's output is printed whole when it ends (-O).
-test: ## everything CI runs: lint and unit tests, then integration, conformance and molecule side by side
-	$(MAKE) --no-print-directory lint unit
-	$(MAKE) --no-print-directory -j3 -O integration conformance molecule
+# Every suite runs side by side, molecule (the longest) first: on a 2-core box the suites on real
+# parts mostly wait (on systemd containers, simulated servers, engine start-ups), so together they
+# take about as long as the longest one. Each suite's output is printed whole when it ends (-O).
+# TEST_WORKERS: pytest processes of the integration suite (pytest-xdist; one test file per worker,
+# so a file's module-scoped deployment is made once).
+TEST_WORKERS ?= 3
+test: ## everything CI runs, side by side: molecule, integration, conformance, lint, unit
+	$(MAKE) --no-print-directory -j5 -O molecule integration conformance lint unit
 
 lint: $(STAMP) ## ruff, yamllint, ansible-lint (production profile)
 	$(VENV)/bin/ruff check .
@@ -78,7 +80,7 @@ unit: $(STAMP) ## pure-Python unit tests
 	$(PY) -m pytest -q tests/unit
 
 integration: $(STAMP) ## playbooks driven through ansible-runner against the simulator
-	$(PY) -m pytest -q tests/integration
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests/integration
 
 conformance: $(STAMP) $(ORACLE_STAMP) ## SGLang's own parser and bench_serving against our argv and simulator [SGLANG_VERSION=0.5.16]
 	SGLANG_ORACLE_PY=$(abspath $(ORACLE_PY)) SGLANG_ORACLE_VERSION=$(SGLANG_VERSION) $(PY) -m pytest -q tests/conformance

@@ -3,8 +3,8 @@
 #   ci/molecule.sh            every scenario directory under molecule/
 #   ci/molecule.sh default    one scenario (make molecule S=default)
 # Installs podman/runc/mmdebstrap with apt when missing (idempotent), builds the
-# systemd image once (ci/build-systemd-image.sh), runs `molecule test` per scenario
-# and prints "molecule: N passed, N failed".
+# systemd image once (ci/build-systemd-image.sh), runs `molecule test` for the scenarios side
+# by side (MOLECULE_JOBS at a time) and prints "molecule: N passed, N failed".
 # Where podman cannot run (not root, no apt, a runtime that refuses to start a
 # container) it says so and FAILS: CI must never pass without these scenarios.
 # The three fixes this kind of CI VM needs: runc instead of crun,
@@ -68,27 +68,56 @@ else
   done
 fi
 [[ ${#scenarios[@]} -gt 0 ]] || die "no scenario found under molecule/"
+# The scenarios run side by side (MOLECULE_JOBS at a time, default all): each has its own
+# containers, podman network and ephemeral folder, and most of a scenario's time is spent
+# waiting on its hosts (systemd, the engine's start, the gate, a benchmark), not on the CPU.
+# Each scenario's output goes to its own log, printed whole when the scenario ends.
+JOBS=${MOLECULE_JOBS:-${#scenarios[@]}}
+[[ $JOBS =~ ^[1-9][0-9]*$ ]] || die "MOLECULE_JOBS=$JOBS is not a positive number"
+LOGS=$(mktemp -d /tmp/sglang-layouts-molecule.XXXXXX)
+declare -A pid_of started
 rc=0
 pass=0
 fail=0
-for s in "${scenarios[@]}"; do
-  [[ -f molecule/$s/molecule.yml ]] || {
-    echo "== scenario $s: no molecule/$s/molecule.yml" >&2
-    fail=$((fail + 1))
-    rc=1
-    continue
-  }
-  t=$SECONDS
-  if molecule test -s "$s"; then
+finish() { # finish SCENARIO STATUS: print its log and its verdict, count it
+  local s=$1 status=$2 r=ok
+  echo "== scenario $s: log"
+  cat "$LOGS/$s.log"
+  if [[ $status == 0 ]]; then
     pass=$((pass + 1))
-    r=ok
   else
     fail=$((fail + 1))
     rc=1
     r=FAILED
   fi
-  echo "== scenario $s: $r, $((SECONDS - t)) s"
+  echo "== scenario $s: $r, $((SECONDS - started[$s])) s"
+}
+wait_one() { # wait for any running scenario, then finish it
+  local s status=0
+  wait -n -p done_pid "${pid_of[@]}" || status=$?
+  for s in "${!pid_of[@]}"; do
+    if [[ ${pid_of[$s]} == "$done_pid" ]]; then
+      unset "pid_of[$s]"
+      finish "$s" "$status"
+      return
+    fi
+  done
+}
+for s in "${scenarios[@]}"; do
+  if [[ ! -f molecule/$s/molecule.yml ]]; then
+    echo "== scenario $s: no molecule/$s/molecule.yml" >&2
+    fail=$((fail + 1))
+    rc=1
+    continue
+  fi
+  while [[ ${#pid_of[@]} -ge $JOBS ]]; do wait_one; done
+  started[$s]=$SECONDS
+  echo "== scenario $s: started"
+  molecule test -s "$s" >"$LOGS/$s.log" 2>&1 &
+  pid_of[$s]=$!
 done
+while [[ ${#pid_of[@]} -gt 0 ]]; do wait_one; done
+rm -rf "$LOGS"
 # The platforms of the scenarios run here may not survive a failed run (only ours: never
 # remove other containers labelled owner=molecule).
 for s in "${scenarios[@]}"; do

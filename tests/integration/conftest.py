@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.net import free_port
 from tests.helpers.playbook import REPO
 from tests.helpers.playbook import run_playbook as _run_playbook
 
@@ -34,3 +35,10 @@ def run_dir(request):
     path.chmod(0o755)
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def engine_port():
+    """The layout's API port (sglang_base_port): a free one, so that tests running side by side
+    (pytest -n) never meet on the default 30000."""
+    return free_port()

@@ -46,7 +46,7 @@ def _stdout(runner):
     return "".join(ev.get("stdout", "") for ev in runner.events)
 
 
-def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir):
+def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir, engine_port):
     results = tmp_path / "results"
     run_id = f"it-{uuid.uuid4().hex[:8]}"
     base = {
@@ -55,6 +55,7 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir):
         "sglang_layouts": LAYOUTS,
         "sglang_results_dir": str(results),
         "sglang_run_dir": str(run_dir),
+        "sglang_base_port": engine_port,
     }
 
     r1 = run_playbook("sweep.yml", extravars=base)
@@ -119,11 +120,11 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir):
     assert summary["winners"]["peak_throughput"]["layout"] == "tp8" and summary["simulated"] is True
 
 
-def test_bench_playbook_measures_the_deployed_layout(run_playbook, tmp_path, run_dir):
+def test_bench_playbook_measures_the_deployed_layout(run_playbook, tmp_path, run_dir, engine_port):
     results = tmp_path / "results"
     # with --enable-metrics, so that the telemetry reads the simulator's /metrics
     layouts = [{**LAYOUTS[0], "args": {"enable_metrics": True}}]
-    common = {"sglang_layouts": layouts, "sglang_run_dir": str(run_dir)}
+    common = {"sglang_layouts": layouts, "sglang_run_dir": str(run_dir), "sglang_base_port": engine_port}
     # one short rate level after the concurrency ladder, an SLO, a one-step SLO search and a cost
     rates = {
         "sglang_bench_request_rates": [20],
@@ -189,7 +190,9 @@ def _kill_engine_at(run_dir: Path, unit: str, needle: str, stop: threading.Event
         time.sleep(0.05)
 
 
-def test_engine_killed_mid_benchmark_is_one_record_with_the_levels_before(run_playbook, tmp_path, run_dir):
+def test_engine_killed_mid_benchmark_is_one_record_with_the_levels_before(
+    run_playbook, tmp_path, run_dir, engine_port
+):
     """issue 15's fault: the engine SIGKILLed during tp8's concurrency-16 level."""
     results = tmp_path / "results"
     stop = threading.Event()
@@ -207,6 +210,7 @@ def test_engine_killed_mid_benchmark_is_one_record_with_the_levels_before(run_pl
                 "sglang_layouts": LAYOUTS,
                 "sglang_results_dir": str(results),
                 "sglang_run_dir": str(run_dir),
+                "sglang_base_port": engine_port,
             },
         )
     finally:
@@ -243,11 +247,11 @@ def supervisor_running(run_dir: Path, name: str) -> bool:
     return supervisor.status(str(run_dir), name)["running"]
 
 
-def test_bad_run_level_inputs_stop_before_any_host(run_playbook, tmp_path, run_dir):
+def test_bad_run_level_inputs_stop_before_any_host(run_playbook, tmp_path, run_dir, engine_port):
     """A run id with a slash, a results dir that cannot be written: refused on the controller, no host touched."""
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    base = {"sglang_layouts": LAYOUTS[:1], "sglang_run_dir": str(run_dir)}
+    base = {"sglang_layouts": LAYOUTS[:1], "sglang_run_dir": str(run_dir), "sglang_base_port": engine_port}
     r = run_playbook(
         "sweep.yml", extravars={**base, "run_id": "a/b", "sglang_results_dir": str(tmp_path / "res")}
     )
@@ -261,7 +265,9 @@ def test_bad_run_level_inputs_stop_before_any_host(run_playbook, tmp_path, run_d
     assert list(run_dir.iterdir()) == []  # no engine file, no process, no log
 
 
-def test_ctrl_c_in_the_middle_of_a_layout_then_the_same_run_id_resumes(run_playbook, tmp_path, run_dir):
+def test_ctrl_c_in_the_middle_of_a_layout_then_the_same_run_id_resumes(
+    run_playbook, tmp_path, run_dir, engine_port
+):
     """Ctrl-C (SIGINT to ansible-playbook's process group, as a terminal sends it) during tp8's
     benchmark: no record is half-written; the next run with the same run id measures what is
     missing, keeps what is stored, and leaves nothing running."""
@@ -276,6 +282,7 @@ def test_ctrl_c_in_the_middle_of_a_layout_then_the_same_run_id_resumes(run_playb
         "sglang_layouts": [LAYOUTS[0], {"name": "ep8", "tp": 8, "ep": 8}],
         "sglang_results_dir": str(results),
         "sglang_run_dir": str(run_dir),
+        "sglang_base_port": engine_port,
     }
     # ansible-playbook itself, not ansible-runner: the test signals its process group as a terminal does
     env = {**os.environ, **ansible_env(), "ANSIBLE_CACHE_PLUGIN": "memory"}
