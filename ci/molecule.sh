@@ -75,7 +75,7 @@ fi
 JOBS=${MOLECULE_JOBS:-${#scenarios[@]}}
 [[ $JOBS =~ ^[1-9][0-9]*$ ]] || die "MOLECULE_JOBS=$JOBS is not a positive number"
 LOGS=$(mktemp -d /tmp/sglang-layouts-molecule.XXXXXX)
-declare -A pid_of started
+declare -A pid_of=() started=()
 rc=0
 pass=0
 fail=0
