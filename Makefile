@@ -61,14 +61,16 @@ report: $(STAMP) ## rebuild the report of the latest (or RUN_ID=) run from store
 sim: $(STAMP) ## run the simulated engine in the foreground: make sim ARGS="--model-path models/kimi-k2.6 --tp-size 8 --ep-size 8"
 	$(PY) -m sglang_sim $(ARGS)
 
-# Every suite runs side by side, molecule (the longest) first: on a 2-core box the suites on real
-# parts mostly wait (on systemd containers, simulated servers, engine start-ups), so together they
-# take about as long as the longest one. Each suite's output is printed whole when it ends (-O).
-# TEST_WORKERS: pytest processes of the integration suite (pytest-xdist; one test file per worker,
-# so a file's module-scoped deployment is made once).
-TEST_WORKERS ?= 3
-test: ## everything CI runs, side by side: molecule, integration, conformance, lint, unit
-	$(MAKE) --no-print-directory -j5 -O molecule integration conformance lint unit
+# Lint and unit first, side by side: some unit tests time a client or the gate against a server
+# to the millisecond and want a quiet box. Then the suites on real parts side by side: on a
+# 2-core box they mostly wait (on systemd containers, simulated servers, engine start-ups), so
+# together they take about as long as the longest one. Each suite's output is printed whole
+# when it ends (-O). TEST_WORKERS: pytest processes of the integration suite (pytest-xdist,
+# one test file per worker, so a file's module-scoped deployment is made once).
+TEST_WORKERS ?= 2
+test: ## everything CI runs: lint and unit, then molecule, integration and conformance side by side
+	$(MAKE) --no-print-directory -j2 -O lint unit
+	$(MAKE) --no-print-directory -j3 -O molecule integration conformance
 
 lint: $(STAMP) ## ruff, yamllint, ansible-lint (production profile)
 	$(VENV)/bin/ruff check .

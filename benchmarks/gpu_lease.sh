@@ -8,7 +8,8 @@ set -u
 cd "$(dirname "$0")/.."
 ANS=/opt/ans-site
 GPU_ANSIBLE="env PYTHONPATH=$ANS python3 $ANS/bin/ansible-playbook"
-RESULTS=benchmarks/results/h200-2026-12-02-units
+# the lease's folder (its gpu-vars.yml, keyed-vars.yml): RESULTS=benchmarks/results/<lease> to change
+RESULTS=${RESULTS:-benchmarks/results/h200-2026-12-02-units}
 VARS="-e @$PWD/${GPU_VARS:-$RESULTS/gpu-vars.yml}"
 KEYED="-e @$PWD/${KEYED_VARS:-$RESULTS/keyed-vars.yml}"
 case "$1" in

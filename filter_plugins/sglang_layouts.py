@@ -13,7 +13,7 @@ _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
-from sglang_layouts import bench, placement, planner, wheels  # noqa: E402
+from sglang_layouts import bench, engines, placement, planner, wheels  # noqa: E402
 from sglang_layouts.plan_table import plan_table  # noqa: E402
 from sglang_layouts.secrets import api_key_argv, api_key_config, split_env  # noqa: E402
 
@@ -82,6 +82,8 @@ _FACES = {
     # the plan as text lines (layout, GPUs, GiB/GPU, budget, KV tokens, verdict, reason)
     "sglang_plan_table": (plan_table,),
     "sglang_plain_env": (_plain_env,),
+    # a layout's engine as the roles see it: label, venv variable, simulated (engines.py)
+    "sglang_engine_facts": (engines.role_facts, planner.PlanError),
     # how a server gets the API key (--config FILE or --api-key), and that file's text (secrets.py)
     "sglang_api_key_argv": (api_key_argv, planner.PlanError),
     "sglang_api_key_config": (api_key_config, planner.PlanError, ValueError),

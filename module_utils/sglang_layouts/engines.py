@@ -67,6 +67,9 @@ class Engine:
     # verbatim (its ConfigArgumentMerger), so it is the flag's own spelling. "": the engine has no
     # --config, the key goes as --api-key, filled in at exec time.
     api_key_config_key: str = ""
+    # -- the roles --
+    # the inventory variable naming the venv whose python runs it (group_vars/all/engine.yml)
+    venv_var: str = "sglang_venv_path"
 
     @property
     def unit_prefix(self) -> str:
@@ -145,6 +148,7 @@ VLLM = Engine(
     kv_size_flag="--kv-cache-memory-bytes",
     kv_size_env_gib="VLLM_CPU_KVCACHE_SPACE",
     short_kv_fatal=True,
+    venv_var="vllm_venv_path",
 )
 
 ENGINES = {"sglang": SGLANG, "sim": SGLANG, "vllm": VLLM}
@@ -163,6 +167,15 @@ def engine(name: str | None) -> Engine:
     if key not in ENGINES:
         raise PlanError(f"engine {name!r} is not known; use one of {', '.join(ENGINES)}")
     return ENGINES[key]
+
+
+def role_facts(name: str | None) -> dict:
+    """What the roles read of a layout's engine: the engine as the layout names it, how units and
+    messages name it, the variable naming its venv, and whether it is the simulator (which runs
+    `python3 -m sglang_sim` from the role's own copy instead of a venv)."""
+    eng = engine(name)
+    key = (name or eng.name).lower()
+    return {"engine": key, "label": eng.label, "venv_var": eng.venv_var, "simulated": key == "sim"}
 
 
 # What ci/oracle.sh accepts as an SGLang version; anything else never names a file under data/.

@@ -1,5 +1,6 @@
 """One host, layouts of two engines: every row names its engine, simulated rows stay marked,
-and the record's engine is the layout's (the plan's), not the host-wide sglang_engine."""
+and the record's engine is the layout's (the plan's), not the host-wide sglang_engine; what the
+roles read of an engine comes from engines.py."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import csv
 import io
 import json
 
-from sglang_layouts import report, results
+import pytest
+from sglang_layouts import engines, report, results
+from sglang_layouts.model import PlanError
 
 from tests.helpers.records import level as _level
 from tests.helpers.records import store
@@ -96,3 +99,21 @@ def test_old_records_without_an_engine_field(tmp_path):
     assert report.engine_of({"simulated": True}) == "sim"
     assert report.engine_of({"prediction": {"engine": "vllm"}}) == "vllm"
     assert report.engine_of({}) == "sglang"
+
+
+def test_the_roles_read_each_engines_label_venv_and_whether_it_is_simulated():
+    assert engines.role_facts("vllm") == {
+        "engine": "vllm",
+        "label": "vLLM",
+        "venv_var": "vllm_venv_path",
+        "simulated": False,
+    }
+    assert engines.role_facts("sim") == {
+        "engine": "sim",
+        "label": "SGLang",
+        "venv_var": "sglang_venv_path",
+        "simulated": True,
+    }
+    assert engines.role_facts(None)["engine"] == "sglang"
+    with pytest.raises(PlanError, match="engine 'tgi' is not known"):
+        engines.role_facts("tgi")
