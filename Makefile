@@ -30,7 +30,7 @@ export PY_COLORS := 0
 INVENTORY ?= inventory/demo
 S ?=
 
-.PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test lint unit integration conformance molecule bench-sim bench-client bench-rate bench-health bench-health-replay bench-plan flags reliability clean
+.PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test test-checks-then-suites lint unit integration conformance molecule bench-sim bench-client bench-rate bench-health bench-health-replay bench-plan flags reliability clean
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -61,16 +61,20 @@ report: $(STAMP) ## rebuild the report of the latest (or RUN_ID=) run from store
 sim: $(STAMP) ## run the simulated engine in the foreground: make sim ARGS="--model-path models/kimi-k2.6 --tp-size 8 --ep-size 8"
 	$(PY) -m sglang_sim $(ARGS)
 
-# Lint and unit first, side by side: some unit tests time a client or the gate against a server
-# to the millisecond and want a quiet box. Then the suites on real parts side by side: on a
-# 2-core box they mostly wait (on systemd containers, simulated servers, engine start-ups), so
-# together they take about as long as the longest one. Each suite's output is printed whole
-# when it ends (-O). TEST_WORKERS: pytest processes of the integration suite (pytest-xdist,
-# one test file per worker, so a file's module-scoped deployment is made once).
+# CI's box has 2 cores and the suites are CPU-bound together, so the order decides the time.
+# Molecule, the longest, starts at once. Beside it lint and unit run first, side by side and at a
+# higher priority (nice -5, as root): some unit tests time a client or the gate against a server
+# to the millisecond. Then integration and conformance. Each suite's output is printed whole when
+# it ends (-O). TEST_WORKERS: pytest processes of the integration suite (pytest-xdist, one test
+# file per worker, so a file's module-scoped deployment is made once).
 TEST_WORKERS ?= 2
-test: ## everything CI runs: lint and unit, then molecule, integration and conformance side by side
-	$(MAKE) --no-print-directory -j2 -O lint unit
-	$(MAKE) --no-print-directory -j3 -O molecule integration conformance
+test: ## everything CI runs: molecule from the start; beside it lint and unit, then integration and conformance
+	$(MAKE) --no-print-directory -j4 -O molecule test-checks-then-suites
+
+# test's second lane; the sub-makes share its job slots (two pairs of suites side by side)
+test-checks-then-suites: $(STAMP)
+	nice -n -5 $(MAKE) --no-print-directory -O lint unit
+	$(MAKE) --no-print-directory -O integration conformance
 
 lint: $(STAMP) ## ruff, yamllint, ansible-lint (production profile)
 	$(VENV)/bin/ruff check .
