@@ -68,9 +68,9 @@ else
   done
 fi
 [[ ${#scenarios[@]} -gt 0 ]] || die "no scenario found under molecule/"
-# The scenarios run side by side (MOLECULE_JOBS at a time, default all): each has its own
-# containers, podman network and ephemeral folder, and most of a scenario's time is spent
-# waiting on its hosts (systemd, the engine's start, the gate, a benchmark), not on the CPU.
+# The scenarios run side by side (MOLECULE_JOBS at a time, default all; each has its own
+# containers, podman network and ephemeral folder), so that the CPU is not idle while one of
+# them waits on its hosts (systemd's boot, the engine's start, the gate, a benchmark).
 # Each scenario's output goes to its own log, printed whole when the scenario ends.
 JOBS=${MOLECULE_JOBS:-${#scenarios[@]}}
 [[ $JOBS =~ ^[1-9][0-9]*$ ]] || die "MOLECULE_JOBS=$JOBS is not a positive number"

@@ -29,6 +29,9 @@
 # there and sglang imports, it only (re)points the link. ORACLE_REBUILD=1 deletes the venv first.
 # A lock (flock) serialises concurrent runs. PYTHON picks the interpreter.
 set -euo pipefail
+NAME="oracle.sh"
+# shellcheck source=ci/steps.sh
+source "$(dirname "${BASH_SOURCE[0]}")/steps.sh"
 
 usage() { echo "usage: $0 <link> <sglang-version>   (e.g. $0 .venv/sglang 0.5.23)" >&2; exit 2; }
 [[ $# -eq 2 && -n "$1" && -n "$2" ]] || usage
@@ -58,24 +61,13 @@ fingerprint() {
 }
 FP="$(fingerprint)"
 
-CACHE_ROOT="${SGLANG_LAYOUTS_CACHE:-/var/cache/sglang-layouts}"
-if ! mkdir -p "$CACHE_ROOT" 2>/dev/null || [[ ! -w "$CACHE_ROOT" ]]; then
-  if [[ -n "${SGLANG_LAYOUTS_CACHE:-}" ]]; then
-    echo "oracle.sh: SGLANG_LAYOUTS_CACHE=$CACHE_ROOT is not a writable directory" >&2; exit 1
-  fi
-  CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/sglang-layouts"
-  mkdir -p "$CACHE_ROOT"
-fi
-CACHE_ROOT="$(cd "$CACHE_ROOT" && pwd)"
+CACHE_ROOT="$(machine_cache_root)"
 VENV="$CACHE_ROOT/sglang-oracle-$SGLANG_VERSION-${FP:0:16}"
 SHIMS="$VENV/shims"
 CACHE="$VENV/cache"
 LOG="$VENV.install.log"
 FP_FILE="$VENV/.oracle-fingerprint"
-NAME="oracle.sh"
 HINT="the venv at $VENV is incomplete; rerun 'make oracle' after fixing the cause (ORACLE_REBUILD=1 starts from scratch)."
-# shellcheck source=ci/steps.sh
-source "$(dirname "${BASH_SOURCE[0]}")/steps.sh"
 
 # <link> is ours to manage: a folder there is an oracle venv of the layout before the cache.
 if [[ -e "$LINK" && ! -L "$LINK" ]]; then

@@ -18,3 +18,19 @@ on_error() {
   echo "$NAME: $HINT" >&2
   exit "$rc"
 }
+
+# The machine-level cache of the venvs that every clone and CI run on this machine share:
+# SGLANG_LAYOUTS_CACHE, else /var/cache/sglang-layouts, else (not writable there)
+# ${XDG_CACHE_HOME:-~/.cache}/sglang-layouts. Prints its absolute path.
+machine_cache_root() {
+  local root="${SGLANG_LAYOUTS_CACHE:-/var/cache/sglang-layouts}"
+  if ! mkdir -p "$root" 2>/dev/null || [[ ! -w "$root" ]]; then
+    if [[ -n "${SGLANG_LAYOUTS_CACHE:-}" ]]; then
+      echo "$NAME: SGLANG_LAYOUTS_CACHE=$root is not a writable directory" >&2
+      return 1
+    fi
+    root="${XDG_CACHE_HOME:-$HOME/.cache}/sglang-layouts"
+    mkdir -p "$root"
+  fi
+  (cd "$root" && pwd)
+}

