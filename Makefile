@@ -63,7 +63,7 @@ sim: $(STAMP) ## run the simulated engine in the foreground: make sim ARGS="--mo
 
 # CI's box has 2 cores and the suites are CPU-bound together, so the order decides the time.
 # Molecule, the longest, starts at once. Beside it lint and unit run first, side by side and at a
-# higher priority (nice -5, as root): some unit tests time a client or the gate against a server
+# higher priority (nice -10, as root): some unit tests time a client or the gate against a server
 # to the millisecond. Then integration and conformance. Each suite's output is printed whole when
 # it ends (-O). TEST_WORKERS: pytest processes of the integration suite (pytest-xdist, one test
 # file per worker, so a file's module-scoped deployment is made once).
@@ -73,7 +73,7 @@ test: ## everything CI runs: molecule from the start; beside it lint and unit, t
 
 # test's second lane; the sub-makes share its job slots (two pairs of suites side by side)
 test-checks-then-suites: $(STAMP)
-	nice -n -5 $(MAKE) --no-print-directory -O lint unit
+	nice -n -10 $(MAKE) --no-print-directory -O lint unit
 	$(MAKE) --no-print-directory -O integration conformance
 
 lint: $(STAMP) ## ruff, yamllint, ansible-lint (production profile)
