@@ -170,12 +170,11 @@ def engine(name: str | None) -> Engine:
 
 
 def role_facts(name: str | None) -> dict:
-    """What the roles read of a layout's engine: the engine as the layout names it, how units and
-    messages name it, the variable naming its venv, and whether it is the simulator (which runs
-    `python3 -m sglang_sim` from the role's own copy instead of a venv)."""
+    """What the roles read of a layout's engine: how units and messages name it, the variable naming
+    its venv, and whether it is the simulator (which runs `python3 -m sglang_sim` from the role's
+    own copy instead of a venv)."""
     eng = engine(name)
-    key = (name or eng.name).lower()
-    return {"engine": key, "label": eng.label, "venv_var": eng.venv_var, "simulated": key == "sim"}
+    return {"label": eng.label, "venv_var": eng.venv_var, "simulated": (name or "").lower() == "sim"}
 
 
 # What ci/oracle.sh accepts as an SGLang version; anything else never names a file under data/.

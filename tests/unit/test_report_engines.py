@@ -103,17 +103,23 @@ def test_old_records_without_an_engine_field(tmp_path):
 
 def test_the_roles_read_each_engines_label_venv_and_whether_it_is_simulated():
     assert engines.role_facts("vllm") == {
-        "engine": "vllm",
         "label": "vLLM",
         "venv_var": "vllm_venv_path",
         "simulated": False,
     }
     assert engines.role_facts("sim") == {
-        "engine": "sim",
         "label": "SGLang",
         "venv_var": "sglang_venv_path",
         "simulated": True,
     }
-    assert engines.role_facts(None)["engine"] == "sglang"
+    assert (
+        engines.role_facts(None)
+        == engines.role_facts("sglang")
+        == {
+            "label": "SGLang",
+            "venv_var": "sglang_venv_path",
+            "simulated": False,
+        }
+    )
     with pytest.raises(PlanError, match="engine 'tgi' is not known"):
         engines.role_facts("tgi")
