@@ -23,6 +23,8 @@ probe)
 start)
   mkdir -p /opt/wheels; cp .whl/p2/*.whl /opt/wheels/; ls /opt/wheels | wc -l
   python3 -m pip install -q --no-index --no-deps --no-compile --target $ANS .whl/ans/*.whl || exit 1
+  # the xgrammar stand-in the wheel set leaves out, for sglang_venv_extra_paths: [/opt/shims]
+  mkdir -p /opt/shims && cp -r benchmarks/shims/xgrammar /opt/shims/ && chmod -R a+rX /opt/shims
   env PYTHONPATH=$ANS python3 $ANS/bin/ansible-playbook --version | head -2
   rm -rf results build .cache
   setsid bash -c "make gpu-sweep GPU_ANSIBLE='$GPU_ANSIBLE' GPU_MODELS='${GPU_MODELS:-qwen3-30b-a3b kimi-k2.6-cut18}' GPU_RUN_ID=${RUN:-h200b} GPU_ARGS='$VARS' > /tmp/gpu-sweep.log 2>&1; echo EXIT=\$? >> /tmp/gpu-sweep.log" < /dev/null > /dev/null 2>&1 &
