@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import functools
+import importlib
 import sys
 from pathlib import Path
 
@@ -13,9 +13,14 @@ _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
-from sglang_layouts import bench, engines, placement, planner, wheels  # noqa: E402
-from sglang_layouts.plan_table import plan_table  # noqa: E402
-from sglang_layouts.secrets import api_key_argv, api_key_config, split_env  # noqa: E402
+
+def _library(dotted):
+    """A name of module_utils/sglang_layouts ("planner.plan_host"), imported when first used.
+
+    Ansible loads every filter plugin anew in each forked worker, so importing the library here at
+    load time cost each task that touches any filter ~0.1 s of CPU (asyncio, http, the planner)."""
+    module, attr = dotted.rsplit(".", 1)
+    return getattr(importlib.import_module(f"sglang_layouts.{module}"), attr)
 
 
 def _plain(value):
@@ -31,31 +36,36 @@ def _plain(value):
 
 def _face(name, fn, *errors):
     """A filter over a library function: plain Python in, the library's own errors (which say what
-    to do) out as Ansible's filter error, named after the filter."""
+    to do) out as Ansible's filter error, named after the filter. fn and errors are library names
+    ("planner.plan_host") or local functions."""
 
-    @functools.wraps(fn)
     def run(*args, **kwargs):
+        call = _library(fn) if isinstance(fn, str) else fn
         try:
-            return fn(*_plain(list(args)), **_plain(kwargs))
-        except errors as e:
-            raise AnsibleFilterError(f"{name}: {e}") from e
+            return call(*_plain(list(args)), **_plain(kwargs))
+        except Exception as e:
+            # the error classes are imported only when something failed
+            if isinstance(e, tuple(_library(c) if isinstance(c, str) else c for c in errors)):
+                raise AnsibleFilterError(f"{name}: {e}") from e
+            raise
 
+    run.__name__ = run.__qualname__ = name
     return run
 
 
 def _layout_secret_env(inputs, name, extra_env=None):
     """The real values of a layout's secret variables, for its EnvironmentFile only (no_log tasks)."""
-    return planner.layout_secret_env(inputs, name, extra_env or {})
+    return _library("planner.layout_secret_env")(inputs, name, extra_env or {})
 
 
 def _plain_env(env, secret_env=None):
     """An environment without its secret variables (what a unit's Environment= lines may hold)."""
-    return split_env(env or {}, secret_env)[0]
+    return _library("secrets.split_env")(env or {}, secret_env)[0]
 
 
 def _rate_label(rate):
     """A request rate as the load generator's progress lines name it (2, 0.5, inf); refuses rates <= 0."""
-    return bench.rate_label(bench.parse_rate(rate))
+    return _library("bench_common.rate_label")(_library("bench_common.parse_rate")(rate))
 
 
 def sglang_host_addresses(hosts, hostvars):
@@ -73,30 +83,30 @@ def sglang_host_addresses(hosts, hostvars):
 # filter -> (library function, the errors it raises for bad input); every rule lives in module_utils
 _FACES = {
     # sglang_plan_inputs -> the plan document (docs/ARCHITECTURE.md)
-    "sglang_plan": (planner.plan_host, planner.PlanError),
+    "sglang_plan": ("planner.plan_host", "planner.PlanError"),
     # one layout of a plan document, or an error naming the known layouts
-    "sglang_layout_plan": (planner.layout_plan, planner.PlanError),
-    "sglang_layout_secret_env": (_layout_secret_env, planner.PlanError),
+    "sglang_layout_plan": ("planner.layout_plan", "planner.PlanError"),
+    "sglang_layout_secret_env": (_layout_secret_env, "planner.PlanError"),
     # a digest of the planner's inputs: a plan fact made from other inputs is planned again
-    "sglang_plan_digest": (planner.inputs_digest,),
+    "sglang_plan_digest": ("planner.inputs_digest",),
     # the plan as text lines (layout, GPUs, GiB/GPU, budget, KV tokens, verdict, reason)
-    "sglang_plan_table": (plan_table,),
+    "sglang_plan_table": ("plan_table.plan_table",),
     "sglang_plain_env": (_plain_env,),
     # a layout's engine as the roles see it: label, venv variable, simulated (engines.py)
-    "sglang_engine_facts": (engines.role_facts, planner.PlanError),
+    "sglang_engine_facts": ("engines.role_facts", "planner.PlanError"),
     # how a server gets the API key (--config FILE or --api-key), and that file's text (secrets.py)
-    "sglang_api_key_argv": (api_key_argv, planner.PlanError),
-    "sglang_api_key_config": (api_key_config, planner.PlanError, ValueError),
+    "sglang_api_key_argv": ("secrets.api_key_argv", "planner.PlanError"),
+    "sglang_api_key_config": ("secrets.api_key_config", "planner.PlanError", ValueError),
     # where a layout's units run, the stop order, one outcome from every node's (placement.py)
-    "sglang_units_on": (placement.units_on,),
-    "sglang_units_of_layouts": (placement.units_of_layouts,),
-    "sglang_stop_order": (placement.stop_order,),
-    "sglang_first_failure": (placement.first_failure,),
-    "sglang_nodes_outcome": (placement.nodes_outcome,),
+    "sglang_units_on": ("placement.units_on",),
+    "sglang_units_of_layouts": ("placement.units_of_layouts",),
+    "sglang_stop_order": ("placement.stop_order",),
+    "sglang_first_failure": ("placement.first_failure",),
+    "sglang_nodes_outcome": ("placement.nodes_outcome",),
     # wheel file names -> exact pins; pip steps without some pins (wheels.py)
-    "sglang_wheel_pins": (wheels.wheel_pins, wheels.WheelError),
-    "sglang_drop_pins": (wheels.drop_pins, wheels.WheelError),
-    "sglang_bench_rate_label": (_rate_label, bench.BenchError),
+    "sglang_wheel_pins": ("wheels.wheel_pins", "wheels.WheelError"),
+    "sglang_drop_pins": ("wheels.drop_pins", "wheels.WheelError"),
+    "sglang_bench_rate_label": (_rate_label, "bench_common.BenchError"),
 }
 
 
