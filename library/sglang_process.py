@@ -18,8 +18,12 @@ description:
   - When the module runs as root and I(user) is set, the engine runs as that user.
 options:
   name:
-    description: Process name, normally the layout's unit name.
-    type: str
+    description:
+      - Process name, normally the layout's unit name.
+      - With I(state=stopped) or I(state=absent), a list of names is stopped in one run, one after
+        the other (a loop would start the module once per name).
+    type: list
+    elements: str
     required: true
   state:
     description:
@@ -91,20 +95,30 @@ EXAMPLES = r"""
     name: sglang-kimi-k2-6-ep8.service
     run_dir: /var/lib/sglang/run
     state: stopped
+- name: Stop the layouts that share its GPUs, in one run
+  ansible.legacy.sglang_process:
+    name: [sglang-kimi-k2-6-tp8.service, sglang-kimi-k2-6-pp8.service]
+    run_dir: /var/lib/sglang/run
+    state: stopped
 """
 
 RETURN = r"""
+units:
+  description: One result per name (the fields below, and C(name) and C(changed)), in the order given.
+  returned: always
+  type: list
+  elements: dict
 pid:
   description: Process group id (the wrapper's pid) when running, else null.
-  returned: always
+  returned: when one name is given
   type: int
 log:
   description: The log file.
-  returned: always
+  returned: when one name is given
   type: str
 log_offset:
   description: Size of the log before this start. The readiness gate reads the log from here.
-  returned: always
+  returned: when one name is given
   type: int
 started_at:
   description: Epoch seconds of the current process's start.
@@ -127,7 +141,7 @@ from ansible.module_utils.sglang_layouts import supervisor
 def main():
     module = AnsibleModule(
         argument_spec={
-            "name": {"type": "str", "required": True},
+            "name": {"type": "list", "elements": "str", "required": True},
             "state": {
                 "type": "str",
                 "choices": ["started", "restarted", "stopped", "absent"],
@@ -147,24 +161,33 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    try:
-        res = supervisor.ensure(
-            p["state"],
-            p["run_dir"],
-            p["name"],
-            argv=p["argv"],
-            env={k: str(v) for k, v in (p["env"] or {}).items()},
-            cwd=p["cwd"],
-            user=p["user"],
-            group=p["group"],
-            api_key=p["api_key"],
-            secret_env={k: str(v) for k, v in (p["secret_env"] or {}).items()},
-            stop_timeout=p["stop_timeout"],
-            check_mode=module.check_mode,
-        )
-    except (supervisor.SupervisorError, OSError) as exc:
-        module.fail_json(msg=f"{p['name']}: {exc}")
-    module.exit_json(**res)
+    names = p["name"]
+    if p["state"] in ("started", "restarted") and len(names) != 1:
+        module.fail_json(msg=f"state={p['state']} takes one name, got {len(names)}: {', '.join(names)}")
+    units = []
+    for name in names:
+        try:
+            units.append(
+                supervisor.ensure(
+                    p["state"],
+                    p["run_dir"],
+                    name,
+                    argv=p["argv"],
+                    env={k: str(v) for k, v in (p["env"] or {}).items()},
+                    cwd=p["cwd"],
+                    user=p["user"],
+                    group=p["group"],
+                    api_key=p["api_key"],
+                    secret_env={k: str(v) for k, v in (p["secret_env"] or {}).items()},
+                    stop_timeout=p["stop_timeout"],
+                    check_mode=module.check_mode,
+                )
+            )
+        except (supervisor.SupervisorError, OSError) as exc:
+            module.fail_json(msg=f"{name}: {exc}", units=units)
+    result = dict(units[0]) if len(units) == 1 else {}
+    result.update(changed=any(u["changed"] for u in units), units=units)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":
