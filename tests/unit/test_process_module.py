@@ -1,0 +1,60 @@
+"""library/sglang_process.py run by ansible-core itself: a list of names is stopped in one run, and a
+start takes exactly one name."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ansible_module
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the supervisor reads /proc")
+
+
+def _alive(pid) -> bool:
+    """A process that runs (a zombie waiting for its reaper does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _process(tmp_path, args: dict, check=False):
+    return ansible_module.run_module(
+        tmp_path,
+        "sglang_process",
+        {"run_dir": str(tmp_path / "run"), **args},
+        extra=["--check"] if check else [],
+    )
+
+
+def test_two_units_stop_in_one_run_and_a_start_takes_one_name(tmp_path):
+    names = ["sglang-a.service", "sglang-b.service"]
+    pids = {}
+    for name in names:
+        res = _process(tmp_path, {"name": name, "argv": ["sleep", "60"]})
+        assert res["changed"] and res["pid"], res
+        assert [u["name"] for u in res["units"]] == [name]
+        pids[name] = res["pid"]
+
+    both = _process(tmp_path, {"name": names, "argv": ["sleep", "60"]})
+    assert both["failed"] and "takes one name, got 2" in both["msg"]
+
+    # check mode reports the change and stops nothing
+    res = _process(tmp_path, {"name": names, "state": "stopped"}, check=True)
+    assert res["changed"] and all(_alive(pid) for pid in pids.values())
+
+    res = _process(tmp_path, {"name": [*names, "sglang-never-started.service"], "state": "stopped"})
+    assert res["changed"] and "pid" not in res, "several names: the results are per unit"
+    assert [(u["name"], u["changed"], u["pid"]) for u in res["units"]] == [
+        ("sglang-a.service", True, None),
+        ("sglang-b.service", True, None),
+        ("sglang-never-started.service", False, None),
+    ]
+    assert all(u["stop"]["signal"] == "SIGTERM" for u in res["units"][:2])
+    assert not any(_alive(pid) for pid in pids.values())
+
+    again = _process(tmp_path, {"name": names, "state": "stopped"})
+    assert not again["changed"]
