@@ -2,7 +2,7 @@
 
 ``arrival_offsets`` is the default (``arrival_rng: python``); ``bench_serving_offsets`` reproduces, to the
 float, the schedule SGLang's ``bench_serving`` draws from numpy's legacy global generator for a seed
-(``arrival_rng: bench_serving``; FORMULAS["request_rate"] in bench.py, docs/benchmarking.md)."""
+(``arrival_rng: bench_serving``; FORMULAS["request_rate"] in bench_formulas.py, docs/benchmarking.md)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ import json
 import os
 import re
 
-from .bench import FORMULAS as BENCH_FORMULAS
+from .bench_formulas import FORMULAS as BENCH_FORMULAS
 from .fileio import fsync_dir, write_atomic
 
 SCHEMA = "sglang-layouts/result/v1"
