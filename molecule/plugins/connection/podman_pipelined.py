@@ -79,6 +79,7 @@ class Connection(PodmanConnection):
         self._mount_tried = False
 
     def _connect(self):
+        # no `podman mount` here: only put_file and fetch_file need the container's filesystem
         ConnectionBase._connect(self)
         self._connected = True
         return self
@@ -90,7 +91,7 @@ class Connection(PodmanConnection):
 
     @ensure_connect
     def exec_command(self, cmd, in_data=None, sudoable=False):
-        if in_data is None:
+        if in_data is None:  # a command, or a module run from a file (async)
             return super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
         ConnectionBase.exec_command(self, cmd, in_data=in_data, sudoable=sudoable)
         args = ["exec", "-i", *(["--user", self.user] if self.user else [])]
