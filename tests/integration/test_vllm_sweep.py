@@ -37,7 +37,8 @@ LAYOUT = "cpu-tp1"
 SIM_LAYOUT = "sim-tp1"
 BENCH = {
     **SHORT_BENCH,
-    "sglang_bench_output_len": 16,
+    # long enough that the tokens of a request usually arrive over several chunks (decode speed defined)
+    "sglang_bench_output_len": 64,
     "sglang_bench_min_prompts": 4,
     "sglang_bench_warmup": 1,
     # vLLM has no /flush_cache (docs/vllm.md, HTTP API)
@@ -187,7 +188,12 @@ def test_vllm_layout_sweep_on_cpu(run_playbook, tmp_path, run_dir, vllm):
     assert [lv["concurrency"] for lv in rec["levels"]] == [1, 4]
     for lv in rec["levels"]:
         assert lv["completed"] >= 4 and lv["failed"] == 0, lv
-    assert rec["summary"]["single_request_tok_s"] > 0 and rec["summary"]["peak_output_tok_s"] > 0
+    assert rec["summary"]["peak_output_tok_s"] > 0
+    # vLLM merges a request's pending tokens into one chunk when its API process lags (a loaded box):
+    # then the decode speed is undefined, and the record says so instead of a number
+    single = rec["summary"]["single_request_tok_s"]
+    one_chunk = [w for w in rec["levels"][0]["warnings"] if "all their tokens in one chunk" in w]
+    assert (single is not None and single > 0) or (single is None and one_chunk), (single, rec["levels"][0])
     # the simulated layout of the same sweep: its own engine, marked simulated
     sim = json.loads((results / run_id / HOST / f"{SIM_LAYOUT}.json").read_text())
     assert sim["status"] == "ok", (sim.get("failure_class"), sim.get("msg"))
@@ -204,6 +210,6 @@ def test_vllm_layout_sweep_on_cpu(run_playbook, tmp_path, run_dir, vllm):
     assert (rows[SIM_LAYOUT]["engine"], rows[SIM_LAYOUT]["simulated"]) == ("sim", True)
     print(
         f"\nvllm sweep: venv {vllm['venv_s']} s, sweep {t_sweep:.0f} s, ready after "
-        f"{rec['health']['ready_after_s']:.0f} s, api {api}, single {rec['summary']['single_request_tok_s']:.1f} tok/s, "
+        f"{rec['health']['ready_after_s']:.0f} s, api {api}, single {single if single is None else round(single, 1)} tok/s, "
         f"peak {rec['summary']['peak_output_tok_s']:.1f} tok/s @ c={rec['summary']['peak_concurrency']}"
     )
