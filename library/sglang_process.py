@@ -164,25 +164,21 @@ def main():
     names = p["name"]
     if p["state"] in ("started", "restarted") and len(names) != 1:
         module.fail_json(msg=f"state={p['state']} takes one name, got {len(names)}: {', '.join(names)}")
+    common = dict(
+        argv=p["argv"],
+        env={k: str(v) for k, v in (p["env"] or {}).items()},
+        cwd=p["cwd"],
+        user=p["user"],
+        group=p["group"],
+        api_key=p["api_key"],
+        secret_env={k: str(v) for k, v in (p["secret_env"] or {}).items()},
+        stop_timeout=p["stop_timeout"],
+        check_mode=module.check_mode,
+    )
     units = []
     for name in names:
         try:
-            units.append(
-                supervisor.ensure(
-                    p["state"],
-                    p["run_dir"],
-                    name,
-                    argv=p["argv"],
-                    env={k: str(v) for k, v in (p["env"] or {}).items()},
-                    cwd=p["cwd"],
-                    user=p["user"],
-                    group=p["group"],
-                    api_key=p["api_key"],
-                    secret_env={k: str(v) for k, v in (p["secret_env"] or {}).items()},
-                    stop_timeout=p["stop_timeout"],
-                    check_mode=module.check_mode,
-                )
-            )
+            units.append(supervisor.ensure(p["state"], p["run_dir"], name, **common))
         except (supervisor.SupervisorError, OSError) as exc:
             module.fail_json(msg=f"{name}: {exc}", units=units)
     result = dict(units[0]) if len(units) == 1 else {}
