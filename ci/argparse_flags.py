@@ -4,7 +4,9 @@ Shared by ci/dump_sglang_flags.py and ci/dump_vllm_flags.py, each run by its eng
 Each flag is keyed by its canonical spelling (the option string that matches the dest, else
 the first long one); `aliases` are the other spellings, `takes_value` is false for switches,
 `nargs` is argparse's, `choices` are strings (sorted when the engine declares a set, so a
-regenerated file diffs cleanly), or null.
+regenerated file diffs cleanly), or null. `deprecated` is null, or the spelling the engine says
+to use instead (SGLang's Deprecated*Action carries it as `new_flag`; true where a deprecated
+flag names none): the planner renders the current spelling, so the engine never warns.
 """
 
 from __future__ import annotations
@@ -35,6 +37,16 @@ def canonical(action: argparse.Action) -> str:
     return (longs or action.option_strings)[0]
 
 
+def deprecation(action: argparse.Action) -> str | bool | None:
+    """What the engine's parser says replaces a deprecated flag, True if it names nothing, else None."""
+    if getattr(action, "new_flag", None):
+        return str(action.new_flag)
+    deprecated = getattr(action, "deprecated", False)  # argparse's own (Python 3.13+)
+    if deprecated or type(action).__name__.startswith("Deprecated"):
+        return True
+    return None
+
+
 def describe(parser: argparse.ArgumentParser, who: str) -> dict[str, dict]:
     flags: dict[str, dict] = {}
     for action in parser._actions:
@@ -55,5 +67,6 @@ def describe(parser: argparse.ArgumentParser, who: str) -> dict[str, dict]:
             "takes_value": value,
             "nargs": action.nargs if value else None,
             "choices": choices,
+            "deprecated": deprecation(action),
         }
     return dict(sorted(flags.items()))

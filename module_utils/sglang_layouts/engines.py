@@ -104,6 +104,7 @@ SGLANG = Engine(
         "--ep-size": "ep:",
         "--dp-size": "dp:",
         "--enable-dp-attention": "enable_dp_attention:",
+        "--attn-dp-size": "dp: with enable_dp_attention: true",
         "--nnodes": "nnodes:",
         "--node-rank": "nnodes: (ranks follow the inventory order)",
         "--dist-init-addr": "nnodes: (the address of the first host)",

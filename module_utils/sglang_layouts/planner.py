@@ -213,12 +213,13 @@ def plan_layout(
         "load_format": args.get("--load-format") or "auto",
         "dummy_weights": args.get("--load-format") == "dummy",
     }
-    flags = render_argv(spec, lay, par, eff, args, plan["port"], eng)
+    flag_table = engine_flags(eng, sglang_version)
+    flags = render_argv(spec, lay, par, eff, args, plan["port"], eng, flag_table)
     plan["flags"] = flags
     plan["argv"] = [*eng.launcher, *flags]
     plan["env"] = render_env(lay, gpu_ids, hardware)
     if par["replicas"] > 1 and not reasons:
-        _place_replicas(plan, spec, lay, par, eff, args, hardware, cluster, eng)
+        _place_replicas(plan, spec, lay, par, eff, args, hardware, cluster, eng, flag_table)
     # Secret values never enter the plan: the role reads them from the inputs (layout_secret_env)
     # straight into the EnvironmentFile; everything downstream of the plan sees the mask.
     secret_env = serving.get("secret_env")
@@ -348,7 +349,7 @@ def _fixed_kv_gib(eng: Engine, args: dict, env: dict) -> float | None:
 ROUTER_LAUNCHER = ("python3", "-m", "sglang_router.launch_router")
 
 
-def _place_replicas(plan, spec, lay, par, serving, args, hardware, cluster, eng) -> None:
+def _place_replicas(plan, spec, lay, par, serving, args, hardware, cluster, eng, flag_table) -> None:
     """Replicas fill each host of the group in GPU blocks, then the next host; a router fronts them.
 
     The layout's port is the router's; replica r listens on port + 1 + r.
@@ -386,7 +387,7 @@ def _place_replicas(plan, spec, lay, par, serving, args, hardware, cluster, eng)
             "gpu_ids": gpus,
             "port": port,
             "unit_name": unit_name(spec.name, f"{name}-r{r}", eng.unit_prefix),
-            "flags": render_argv(spec, lay, par, serving, args, port, eng),
+            "flags": render_argv(spec, lay, par, serving, args, port, eng, flag_table),
             "env": render_env(lay, gpus, hardware),
         }
         entry["url"] = (

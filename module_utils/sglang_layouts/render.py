@@ -36,12 +36,42 @@ def _flag_value(value) -> list[str]:
     return [str(value)]
 
 
-def render_argv(spec, lay: dict, par: dict, serving: dict, args: dict, port: int, eng=None) -> list[str]:
-    """The engine's flags for one layout (without the launcher): each engine's own builder."""
-    return ARGV_BUILDERS[eng.name if eng is not None else "sglang"](spec, lay, par, serving, args, port)
+def render_argv(
+    spec, lay: dict, par: dict, serving: dict, args: dict, port: int, eng=None, flag_table: dict | None = None
+) -> list[str]:
+    """The engine's flags for one layout (without the launcher): each engine's own builder.
+
+    flag_table is the engine release's own flag table (engines.engine_flags): where it marks a
+    flag deprecated, the builder spells the layout the release's current way."""
+    build = ARGV_BUILDERS[eng.name if eng is not None else "sglang"]
+    return build(spec, lay, par, serving, args, port, (flag_table or {}).get("flags", {}))
 
 
-def _sglang_argv(spec, lay: dict, par: dict, serving: dict, args: dict, port: int) -> list[str]:
+def is_deprecated(table_flags: dict, flag: str) -> bool:
+    """Whether the release whose table this is deprecates flag (its parser warns when it is given)."""
+    return bool((table_flags.get(flag) or {}).get("deprecated"))
+
+
+def dp_attention_flags(table_flags: dict, dp: int, enabled: bool) -> list[str]:
+    """DP width and DP-attention as the release spells them.
+
+    SGLang 0.5.23 deprecates `--dp-size N --enable-dp-attention` for `--attn-dp-size N` (its parser
+    warns, and resolves both to the same attention-DP width); releases without --attn-dp-size
+    (0.5.16) only know the old spelling."""
+    if (
+        enabled
+        and dp > 1
+        and is_deprecated(table_flags, "--enable-dp-attention")
+        and "--attn-dp-size" in table_flags
+    ):
+        return ["--attn-dp-size", str(dp)]
+    flags = ["--dp-size", str(dp)] if dp > 1 else []
+    return flags + (["--enable-dp-attention"] if enabled else [])
+
+
+def _sglang_argv(
+    spec, lay: dict, par: dict, serving: dict, args: dict, port: int, table_flags: dict
+) -> list[str]:
     """`python -m sglang.launch_server` flags."""
     flags = ["--model-path", spec.path or spec.name, "--host", str(serving["host"]), "--port", str(port)]
     flags += ["--tp-size", str(par["tp"])]
@@ -49,10 +79,7 @@ def _sglang_argv(spec, lay: dict, par: dict, serving: dict, args: dict, port: in
         flags += ["--pp-size", str(par["pp"])]  # never --pp: argparse finds it ambiguous
     if par["ep"] > 1:
         flags += ["--ep-size", str(par["ep"])]
-    if par["dp"] > 1:
-        flags += ["--dp-size", str(par["dp"])]
-    if lay["enable_dp_attention"]:
-        flags.append("--enable-dp-attention")
+    flags += dp_attention_flags(table_flags, par["dp"], bool(lay["enable_dp_attention"]))
     if par["nnodes"] > 1:
         flags += ["--nnodes", str(par["nnodes"])]
         if par.get("dist_init_addr"):
@@ -98,7 +125,9 @@ def _append_args(flags: list[str], args: dict) -> list[str]:
     return flags
 
 
-def _vllm_argv(spec, lay: dict, par: dict, serving: dict, args: dict, port: int) -> list[str]:
+def _vllm_argv(
+    spec, lay: dict, par: dict, serving: dict, args: dict, port: int, table_flags: dict
+) -> list[str]:
     """`python -m vllm.entrypoints.openai.api_server` flags: vLLM's names for the same layout."""
     flags = ["--model", spec.path or spec.name, "--host", str(serving["host"]), "--port", str(port)]
     flags += ["--served-model-name", spec.name]

@@ -47,16 +47,16 @@ def test_without_a_version_the_newest_table(repo):
 
 
 # Each pair: a flag (or value) one release's parser has and the other's has not.
-ONLY_0523 = {"attn_dp_size": 2}  # 0.5.23 adds --attn-dp-size (dp-attention as a size)
+ONLY_0523 = {"enable_layernorm_sp": True}  # 0.5.23 adds --enable-layernorm-sp
 ONLY_0516 = {"torchao_config": "int8wo"}  # 0.5.23 drops --torchao-config
 
 
 def test_a_flag_only_0_5_23_has(repo):
-    assert "--attn-dp-size" in planner.sglang_flags("0.5.23")["flags"]
-    assert "--attn-dp-size" not in planner.sglang_flags("0.5.16")["flags"]
+    assert "--enable-layernorm-sp" in planner.sglang_flags("0.5.23")["flags"]
+    assert "--enable-layernorm-sp" not in planner.sglang_flags("0.5.16")["flags"]
     lay = {"name": "ep8", "tp": 8, "ep": 8, "args": ONLY_0523}
-    assert "--attn-dp-size" in by_name(plan(repo, [lay], "0.5.23"))["ep8"]["flags"]
-    with pytest.raises(PlanError, match=r"layout ep8: SGLang 0\.5\.16 has no flag --attn-dp-size"):
+    assert "--enable-layernorm-sp" in by_name(plan(repo, [lay], "0.5.23"))["ep8"]["flags"]
+    with pytest.raises(PlanError, match=r"layout ep8: SGLang 0\.5\.16 has no flag --enable-layernorm-sp"):
         plan(repo, [lay], "0.5.16")
 
 
@@ -90,6 +90,10 @@ def test_a_version_that_is_no_version_never_names_a_file(repo, bad):
         plan(repo, [{"name": "ep8", "tp": 8, "ep": 8}], bad)
 
 
+# Rendered only where the release has it (render.dp_attention_flags); refused under args: where it does.
+ONLY_WHERE_PRESENT = {"--attn-dp-size"}
+
+
 @pytest.mark.parametrize("version", TABLES)
 def test_every_flag_the_planner_renders_exists_in_every_table(version):
     flags = planner.sglang_flags(version)["flags"]
@@ -98,7 +102,13 @@ def test_every_flag_the_planner_renders_exists_in_every_table(version):
         *engines.SGLANG.serving_flags.values(),
         "--trust-remote-code",
     ]
-    assert [f for f in rendered if f not in flags] == []
+    assert [f for f in rendered if f not in flags and f not in ONLY_WHERE_PRESENT] == []
+
+
+def test_attn_dp_size_is_structural_where_the_release_has_it(repo):
+    lay = {"name": "ep8", "tp": 8, "ep": 8, "args": {"attn_dp_size": 2}}
+    with pytest.raises(PlanError, match=r"set --attn-dp-size with dp: with enable_dp_attention: true"):
+        plan(repo, [lay], "0.5.23")
 
 
 def test_an_empty_table_says_how_to_remake_it(tmp_path, monkeypatch):

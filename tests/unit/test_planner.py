@@ -158,11 +158,46 @@ def test_oom_fingerprint_matches_the_seed(repo, demo):
     assert total / GIB == pytest.approx(93.62, abs=0.7)
 
 
+def test_dp_attention_is_spelled_as_each_release_wants_it(repo):
+    """0.5.23 deprecates --dp-size N --enable-dp-attention for --attn-dp-size N; 0.5.16 has only the old form."""
+    layouts = [
+        {"name": "dpa", "tp": 8, "dp": 2, "enable_dp_attention": True},
+        {"name": "dp2", "tp": 4, "dp": 2},
+    ]
+
+    def flags(version):
+        doc = by_name(plan_version(repo, layouts, version))
+        return doc["dpa"]["flags"], doc["dp2"]["flags"]
+
+    new, replicas = flags("0.5.23")
+    assert new[new.index("--attn-dp-size") + 1] == "2" and "--enable-dp-attention" not in new
+    assert "--dp-size" not in new
+    assert replicas[replicas.index("--dp-size") + 1] == "2"  # DP replicas keep --dp-size
+    old, _ = flags("0.5.16")
+    assert old[old.index("--dp-size") + 1] == "2" and "--enable-dp-attention" in old
+    assert "--attn-dp-size" not in old
+
+
+def plan_version(repo, layouts, version):
+    model = {"name": "kimi-k2.6", "path": str(repo / "models" / "kimi-k2.6")}
+    return planner.plan_host(
+        {
+            "host": "h",
+            "model": model,
+            "layouts": layouts,
+            "hardware": SEED_BOX,
+            "serving": DEMO_SERVING,
+            "sglang_version": version,
+        }
+    )
+
+
 def test_argv_and_env(demo):
     pp8 = demo["pp8"]
     assert "--pp-size" in pp8["flags"] and "--pp" not in pp8["flags"]
-    dpa = demo["dp-attention"]["flags"]
-    assert dpa[dpa.index("--dp-size") + 1] == "2" and "--enable-dp-attention" in dpa
+    dpa = demo["dp-attention"]["flags"]  # the demo plans for the pinned 0.5.23: its current spelling
+    assert dpa[dpa.index("--attn-dp-size") + 1] == "2"
+    assert "--dp-size" not in dpa and "--enable-dp-attention" not in dpa
     assert demo["tp8"]["argv"][:3] == ["python3", "-m", "sglang.launch_server"]
     assert demo["tp8"]["env"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
     assert demo["tp4ep2"]["env"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
