@@ -30,21 +30,24 @@ export PY_COLORS := 0
 INVENTORY ?= inventory/demo
 S ?=
 
-.PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test test-checks-then-suites lint unit integration conformance molecule bench-sim bench-client bench-rate bench-health bench-health-replay bench-plan flags reliability clean
+.PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test test-under-load test-checks-then-suites lint unit integration conformance molecule bench-sim bench-client bench-rate bench-health bench-health-replay bench-plan flags reliability clean
 
 help: ## list the targets
-	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  make %-19s %s\n", $$1, $$2}' $(MAKEFILE_LIST) | \
+	  sed -e 's|$$(INVENTORY)|$(INVENTORY)|g' -e 's|$$(SGLANG_VERSION)|$(SGLANG_VERSION)|g' -e 's|$$(VLLM_VERSION)|$(VLLM_VERSION)|g'
+
+# ci/stage.sh times each stage of `make test` (its summary ends the run).
+STAGE := ci/stage.sh
 
 $(STAMP): requirements.txt ci/collections.sh
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
-	ci/collections.sh $(PY) $(COLLECTIONS)
+	$(STAGE) venv bash -c 'set -e; test -x $(PY) || python3 -m venv $(VENV); \
+	  $(PY) -m pip install -q --disable-pip-version-check -r requirements.txt; ci/collections.sh $(PY) $(COLLECTIONS)'
 	touch $@
 
 venv: $(STAMP) ## create or refresh .venv/ from the pins
 
 $(ORACLE_STAMP): requirements-sglang-oracle.txt $(wildcard requirements-sglang-oracle-$(SGLANG_VERSION).txt) group_vars/all/engine.yml ci/oracle.sh ci/shims/torchvision/__init__.py
-	ci/oracle.sh $(ORACLE) $(SGLANG_VERSION)
+	$(STAGE) oracle ci/oracle.sh $(ORACLE) $(SGLANG_VERSION)
 	touch $@
 
 oracle: $(ORACLE_STAMP) ## SGLang $(SGLANG_VERSION) on CPU (parser, bench_serving) for conformance tests
@@ -69,30 +72,32 @@ sim: $(STAMP) ## run the simulated engine in the foreground: make sim ARGS="--mo
 # file per worker, so a file's module-scoped deployment is made once).
 TEST_WORKERS ?= 2
 test: ## everything CI runs: molecule from the start; beside it lint and unit, then integration and conformance
-	$(MAKE) --no-print-directory -j4 -O molecule test-checks-then-suites
+	@rm -rf build/stages
+	@rc=0; $(MAKE) --no-print-directory -j4 -O molecule test-checks-then-suites || rc=$$?; \
+	  echo "== make test: wall seconds per stage (stages overlap)"; ci/stage.sh summary; exit $$rc
+
+test-under-load: ## make test while two CPU-bound processes run beside it
+	ci/under_load.sh 2 $(MAKE) --no-print-directory test
 
 # test's second lane; the sub-makes share its job slots (two pairs of suites side by side)
 test-checks-then-suites: $(STAMP)
 	nice -n -10 $(MAKE) --no-print-directory -O lint unit
 	$(MAKE) --no-print-directory -O integration conformance
 
-lint: $(STAMP) ## ruff, yamllint, ansible-lint (production profile)
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/yamllint -s .
-	$(VENV)/bin/ansible-lint --profile production
+lint: $(STAMP) ## ruff, yamllint, ansible-lint (production profile, --strict): every warning fails
+	$(STAGE) lint ci/lint.sh
 
 unit: $(STAMP) ## pure-Python unit tests
-	$(PY) -m pytest -q tests/unit
+	$(STAGE) unit $(PY) -m pytest -q tests/unit
 
 integration: $(STAMP) ## playbooks driven through ansible-runner against the simulator
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests/integration
+	$(STAGE) integration $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests/integration
 
 conformance: $(STAMP) $(ORACLE_STAMP) ## SGLang's own parser and bench_serving against our argv and simulator [SGLANG_VERSION=0.5.16]
-	SGLANG_ORACLE_PY=$(abspath $(ORACLE_PY)) SGLANG_ORACLE_VERSION=$(SGLANG_VERSION) $(PY) -m pytest -q tests/conformance
+	SGLANG_ORACLE_PY=$(abspath $(ORACLE_PY)) SGLANG_ORACLE_VERSION=$(SGLANG_VERSION) $(STAGE) conformance $(PY) -m pytest -q tests/conformance
 
 molecule: $(STAMP) ## Molecule scenarios on real systemd containers (podman): make molecule [S=name]
-	ci/molecule.sh $(S)
+	$(STAGE) molecule ci/molecule.sh $(S)
 
 reliability: $(STAMP) ## docs/reliability.md's bad inputs and faults, each run by its tests: PASS/FAIL and counts
 	$(PY) ci/reliability.py
