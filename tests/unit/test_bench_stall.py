@@ -177,3 +177,33 @@ def test_the_warm_up_is_cut_at_its_time_bound_and_says_so():
     assert w["cut"] is True and w["timed_out"] == 2 and w["limit_s"] == 0.5
     assert any("warm-up was cut" in x for x in lv["warnings"])
     assert lv["completed"] == 8  # the level itself still ran
+
+
+def test_the_report_shows_a_stalled_level_with_both_figures_and_ranks_by_the_second(tmp_path):
+    from sglang_layouts import report
+
+    from tests.helpers.records import level, store
+
+    c16 = dict(level(16, 1400.0, 90.0, 300.0), mode="concurrency", request_rate=None)
+    c16["stall"] = {
+        "detected": True,
+        "reasons": ["no output on any stream for 11.0 s with requests in flight"],
+        "gap_limit_ms": 4800.0,
+        "ttft_limit_ms": 2000.0,
+        "first": dict(level(16, 508.9, 40.0, 5700.0), mode="concurrency", request_rate=None),
+        "persisted": False,
+        "reasons_again": [],
+    }
+    levels = [level(1, 248.5, 248.5, 80.0), level(8, 1300.0, 160.0, 250.0), c16]
+    store(str(tmp_path), "run1", "h200", "ep8", levels, plan={"verdict": "fits"}, engine="sglang")
+    other = [level(1, 200.0, 200.0, 90.0), level(16, 1350.0, 80, 320.0)]
+    store(str(tmp_path), "run1", "h200", "tp8", other, plan={"verdict": "fits"}, engine="sglang")
+    out = report.build_report(str(tmp_path), "run1", plots=False)
+    md = out["markdown"]
+    assert "Levels measured again after a stall" in md
+    line = next(ln for ln in md.splitlines() if ln.startswith("- ep8") and "c=16" in ln)
+    assert "first 508.9 tok/s, TTFT p50 5700.0 ms" in line and "measured again 1400.0 tok/s" in line
+    assert "11.0 s" in line and "stalled again" not in line
+    # the winner is ranked by the second measurement (1400 > 1350), not the stalled one (508.9)
+    assert out["winners"]["peak_throughput"]["layout"] == "ep8"
+    assert out["winners"]["peak_throughput"]["value"] == 1400.0
