@@ -613,7 +613,8 @@ def measure_level(cfg, spec, index, levels, server=None, progress=None, keep_req
         )
 
     found = verdict(first)
-    if not found["detected"]:
+    # a server that died in the level is keep_going's to report, not a level to measure again
+    if not found["detected"] or level_server_died(cfg, first, cfg.get("_api_key")):
         first["stall"] = found
         say(progress, f"level {label} done: {level_line(first)}")
         return first
@@ -623,15 +624,15 @@ def measure_level(cfg, spec, index, levels, server=None, progress=None, keep_req
     level["warmup"], level["warmup_failed"] = first["warmup"], first["warmup_failed"]
     first.pop("stall", None)
     level["stall"] = dict(found, first=first, persisted=again["detected"], reasons_again=again["reasons"])
+    persisted = (
+        f"; it stalled again ({'; '.join(again['reasons'])}): not a warm-up effect, the level's own behaviour"
+        if again["detected"]
+        else ""
+    )
     level["warnings"].append(
-        f"{_level_where(level)}: the first measurement stalled ({'; '.join(found['reasons'])}): measured once more, the figures "
-        f"are the second measurement's (first: {_fmt(first['output_tok_s'])} tok/s, TTFT p50 "
-        f"{_fmt(first['ttft_ms']['p50'])} ms)"
-        + (
-            f"; it stalled again ({'; '.join(again['reasons'])}): not a warm-up effect, the level's own behaviour"
-            if again["detected"]
-            else ""
-        )
+        f"{_level_where(level)}: the first measurement stalled ({'; '.join(found['reasons'])}): measured "
+        f"once more, the figures are the second measurement's (first: {_fmt(first['output_tok_s'])} tok/s, "
+        f"TTFT p50 {_fmt(first['ttft_ms']['p50'])} ms){persisted}"
     )
     say(progress, f"level {label} done: {level_line(level)} (measured again after a stall)")
     return level
