@@ -177,6 +177,16 @@ def main(argv=None):
             print(
                 f"   ... of prefill steps only: median {pl['median']:.3f} ms, p99 {pl['p99']:.3f} ms over {pl['n']} steps"
             )
+    warm, stall = level.get("warmup") or {}, level.get("stall") or {}
+    print(
+        f"   warm-up: {warm.get('requests', 0)} requests ({warm.get('at_once', 0)} at once) in "
+        f"{warm.get('seconds', 0.0):.2f} s; longest silence on every stream {level['progress_gap_ms']:.1f} ms; "
+        + (
+            f"STALLED, measured again ({'; '.join(stall['reasons'])})"
+            if stall.get("detected")
+            else "no stall"
+        )
+    )
     print(
         f"   sglang_bench: {level['output_tok_s']:.1f} output tok/s, TTFT p50 {level['ttft_ms']['p50']:.1f} ms, "
         f"ITL p50 {level['itl_ms']['p50']:.2f} ms, achieved concurrency {level['achieved_concurrency']:.2f}"

@@ -10,9 +10,14 @@ short_description: Measure one running SGLang server at concurrency and request-
 description:
   - A closed-loop load generator written with the Python standard library only (asyncio, raw HTTP/1.1,
     Server-Sent Events), so it runs on a bare host C(python3) with no aiohttp.
-  - For every concurrency level it sends O(warmup) requests (not counted), then C(POST /flush_cache)
-    (when O(flush_cache)), then O(num_prompts) streamed requests from O(concurrency) workers; each worker
-    sends its next request as soon as its previous one ended, so exactly O(concurrency) requests are in flight.
+  - For every concurrency level it sends a warm-up (not counted; with O(level_warmup) O(warmup) requests per
+    stream, the level's O(concurrency) of them at once, bounded by O(level_warmup_timeout)), then
+    C(POST /flush_cache) (when O(flush_cache)), then O(num_prompts) streamed requests from O(concurrency) workers;
+    each worker sends its next request as soon as its previous one ended, so exactly O(concurrency) requests are
+    in flight.
+  - A level that still stalled (no output on any stream for far longer than its load and its neighbour level
+    explain, or a TTFT far past its neighbour's with no queue; O(stall_min_s), O(stall_factor)) is measured once
+    more at once; the level's figures are the second measurement's, the first is kept under C(stall.first).
   - Prompts are random token ids (no tokenizer needed) of O(input_len) tokens, distinct for every level and
     for warmup (no prefix-cache replay); every request asks for O(output_len) tokens with C(ignore_eos).
   - Every request carries a unique C(rid) in its body, so a server-side log can be matched to it.
@@ -73,10 +78,38 @@ options:
     type: int
     default: 256
   warmup:
-    description: Warmup requests per level (at most O(concurrency) at once, C(min(output_len, 16)) tokens each);
-      excluded from every figure.
+    description: Warm-up requests per stream of a level with O(level_warmup) (per level without it), each asking for
+      the smaller of O(output_len) and 16 tokens, of the level's workload shape; excluded from every figure. C(0) = no
+      warm-up.
     type: int
     default: 1
+  level_warmup:
+    description:
+      - Warm every level at its own concurrency - O(warmup) requests per stream, the level's streams at once (its
+        O(concurrency); for a rate level its pre-opened connections, O(max_concurrency) or at most 64) - so that the
+        server meets the batch the level makes (a kernel compiled for a new batch size) before the measurement.
+      - C(false) sends O(warmup) requests per level in all, as before this option.
+    type: bool
+    default: true
+  level_warmup_timeout:
+    description: Longest warm-up of one level in seconds; no warm-up request starts after it or runs past it
+      (C(warmup.cut) in the level, and a warning); the level then runs anyway and the stall rule judges it.
+    type: float
+    default: 120
+  stall_check:
+    description: Apply the stall rule to every level and measure a stalled level once more (C(stall) in each level).
+    type: bool
+    default: true
+  stall_min_s:
+    description: No pause shorter than this many seconds is a stall (the rule's floor for the progress gap and for
+      TTFT p50).
+    type: float
+    default: 2.0
+  stall_factor:
+    description: How many times what the load explains a pause (or TTFT p50) must exceed to be a stall (formulas
+      C(stall)).
+    type: float
+    default: 4.0
   seed:
     description: Seed of the random prompts (the same seed gives the same prompts).
     type: int
@@ -108,7 +141,8 @@ options:
       default C(<tmp>/sglang_bench.progress).
     type: path
   rid_prefix:
-    description: Prefix of the request ids (C(<prefix>-l<level>-r<n>), warmup C(-w<n>)); default unique per run.
+    description: Prefix of the request ids (C(<prefix>-l<level>-r<n>), warmup C(-w<n>), a level measured once more
+      after a stall C(<prefix>-l<level>a2-r<n>)); default unique per run.
     type: str
   keep_requests:
     description: Also return every request's figures (C(levels[].requests)); for tests and audits.
@@ -217,6 +251,7 @@ notes:
     host close to it; the client is not the bottleneck at 64 streams (see C(benchmarks/bench_client.py)).
   - A level whose achieved concurrency (Little's law) is below 90 % of its target gets a warning in
     C(levels[].warnings) and C(summary.warnings).
+  - A level measured once more after a stall says so in its warnings, with both figures.
 """
 
 EXAMPLES = r"""
@@ -309,9 +344,15 @@ ansible_facts:
               type: float
             warnings:
               description: Achieved concurrency short of target, failed requests, short outputs, a failed
-                /flush_cache, concurrency above the server's max_running_requests.
+                /flush_cache, concurrency above the server's max_running_requests, a warm-up cut at its time bound,
+                a level measured once more after a stall.
               type: list
               elements: str
+            stalled_levels:
+              description: The levels measured once more after a stall (mode, concurrency, request_rate, persisted);
+                every figure of the summary is the second measurement's.
+              type: list
+              elements: dict
         levels:
           description: One entry per concurrency level, in the order run.
           type: list
@@ -349,6 +390,22 @@ ansible_facts:
             phase:
               description: C(slo_search) for the levels the SLO search added (with search_step).
               type: str
+            warmup:
+              description: The level's warm-up - requests (sent), at_once, max_new_tokens, seconds, failed,
+                timed_out, not_sent, limit_s, cut (true when level_warmup_timeout ended it); null without one.
+              type: dict
+            progress_gap_ms:
+              description: Longest stretch with a completed request in flight and no output chunk on any stream
+                (the start of the level included); progress_gap_at_s says when it began.
+              type: float
+            stall:
+              description:
+                - The stall rule's verdict (formulas C(stall)) - detected, reasons, gap_limit_ms, ttft_limit_ms; when
+                  detected also first (the first measurement's whole level entry), persisted (the second
+                  measurement stalled too) and reasons_again. Null with stall_check off.
+                - When detected, every other figure of the level is the second measurement's (so are the summary,
+                  the report and the winners).
+              type: dict
             completed:
               description: Requests that returned HTTP 200, streamed to the end without an error event and
                 produced at least one token.
@@ -422,6 +479,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_layouts.bench import (
     DEFAULT_CONCURRENCY,
     FORMULAS,
+    LEVEL_WARMUP_TIMEOUT_S,
+    STALL_FACTOR,
+    STALL_MIN_S,
     BenchError,
     make_config,
     run_benchmark,
@@ -440,6 +500,11 @@ def main():
             input_len=dict(type="int", default=1024),
             output_len=dict(type="int", default=256),
             warmup=dict(type="int", default=1),
+            level_warmup=dict(type="bool", default=True),
+            level_warmup_timeout=dict(type="float", default=LEVEL_WARMUP_TIMEOUT_S),
+            stall_check=dict(type="bool", default=True),
+            stall_min_s=dict(type="float", default=STALL_MIN_S),
+            stall_factor=dict(type="float", default=STALL_FACTOR),
             seed=dict(type="int", default=1),
             flush_cache=dict(type="bool", default=True),
             request_timeout=dict(type="float", default=600.0),
@@ -474,6 +539,11 @@ def main():
             input_len=p["input_len"],
             output_len=p["output_len"],
             warmup=p["warmup"],
+            level_warmup=p["level_warmup"],
+            level_warmup_timeout=p["level_warmup_timeout"],
+            stall_check=p["stall_check"],
+            stall_min_s=p["stall_min_s"],
+            stall_factor=p["stall_factor"],
             seed=p["seed"],
             flush_cache=p["flush_cache"],
             request_timeout=p["request_timeout"],

@@ -1,9 +1,11 @@
 """Load generator for one running SGLang server (standard library only): the measurement.
 
-It runs on a bare host ``python3`` (no aiohttp). Per concurrency level: warmup requests (not counted),
-then ``POST /flush_cache``, then ``num_prompts`` requests issued by ``concurrency`` workers, each of which
+It runs on a bare host ``python3`` (no aiohttp). Per concurrency level: a warm-up (not counted; by default
+``warmup`` requests per stream, the level's ``concurrency`` of them at once, bounded in time), then
+``POST /flush_cache``, then ``num_prompts`` requests issued by ``concurrency`` workers, each of which
 sends its next request as soon as its previous one ends, so exactly ``concurrency`` requests are in
 flight until the queue drains. Request-rate levels send on a seeded schedule instead (open loop).
+A level that still stalled (bench_stall) is measured once more; both figures are kept.
 
 This module holds the configuration, the levels and what they record, the summary and the whole run.
 The parts it drives live beside it: bench_client (HTTP/1.1 + SSE client, closed and open loop),
@@ -30,6 +32,7 @@ from .bench_common import BenchError, is_number, parse_rate, rate_json, rate_lab
 from .bench_formulas import FORMULAS
 from .bench_schedule import ARRIVAL_RNGS, arrival_offsets, bench_serving_offsets, vllm_offsets
 from .bench_slo import evaluate_slo, make_slo, max_met_rate, slo_search
+from .bench_stall import STALL_FACTOR, STALL_MIN_S, neighbour_below, progress_gap, stall_verdict
 from .bench_telemetry import TELEMETRY_INTERVAL_S, Telemetry
 from .bench_workloads import make_dataset, make_workload, request_body
 
@@ -44,6 +47,7 @@ RATE_POOL_PREOPEN = 64  # connections opened before a rate level starts (more ar
 CONNECTIONS = ("keep_alive", "per_request")
 LATE_SEND_WARN_MS = 5.0
 ACHIEVED_RATE_WARN = 0.95
+LEVEL_WARMUP_TIMEOUT_S = 120.0  # longest warm-up of one level; the stall rule catches what it left cold
 
 
 def default_num_prompts(concurrency, per_stream=4, minimum=NUM_PROMPTS_MIN, maximum=NUM_PROMPTS_MAX):
@@ -81,6 +85,11 @@ def make_config(
     telemetry_interval=TELEMETRY_INTERVAL_S,
     arrival_rng="python",
     connection="keep_alive",
+    level_warmup=True,
+    level_warmup_timeout=LEVEL_WARMUP_TIMEOUT_S,
+    stall_check=True,
+    stall_min_s=STALL_MIN_S,
+    stall_factor=STALL_FACTOR,
 ):
     """Validate the arguments and return the normalised configuration mapping.
 
@@ -122,6 +131,14 @@ def make_config(
         raise BenchError(f"context_length must be an integer >= 2 (or null), not {context_length!r}")
     if not is_number(telemetry_interval) or not 0.05 <= telemetry_interval <= 3600:
         raise BenchError(f"telemetry_interval must be in [0.05, 3600] seconds, not {telemetry_interval!r}")
+    if not is_number(level_warmup_timeout) or not 0 < level_warmup_timeout < math.inf:
+        raise BenchError(
+            f"level_warmup_timeout must be a number of seconds > 0, not {level_warmup_timeout!r}"
+        )
+    if not is_number(stall_min_s) or not 0 < stall_min_s < math.inf:
+        raise BenchError(f"stall_min_s must be a number of seconds > 0, not {stall_min_s!r}")
+    if not is_number(stall_factor) or not 1 <= stall_factor < math.inf:
+        raise BenchError(f"stall_factor must be a number >= 1, not {stall_factor!r}")
     if connection not in CONNECTIONS:
         raise BenchError(f"connection must be one of {', '.join(CONNECTIONS)}, not {connection!r}")
     if arrival_rng not in ARRIVAL_RNGS:
@@ -163,6 +180,11 @@ def make_config(
         "input_len": ds.get("input_len", input_len),
         "output_len": ds.get("output_len", output_len),
         "warmup": warmup,
+        "level_warmup": bool(level_warmup),
+        "level_warmup_timeout": float(level_warmup_timeout),
+        "stall_check": bool(stall_check),
+        "stall_min_s": float(stall_min_s),
+        "stall_factor": float(stall_factor),
         "seed": seed,
         "flush_cache": bool(flush_cache),
         "request_timeout": float(request_timeout),
@@ -372,8 +394,9 @@ def summarize_level(cfg, concurrency, results, duration, n_sent, rate=None):
     return level
 
 
-def _rid(cfg, level_index, kind, i):
-    return f"{cfg['rid_prefix']}-l{level_index}-{kind}{i}"
+def _rid(cfg, level_index, kind, i, attempt=1):
+    again = "" if attempt == 1 else f"a{attempt}"  # a level measured once more: ids of its own
+    return f"{cfg['rid_prefix']}-l{level_index}{again}-{kind}{i}"
 
 
 def _schedule_report(rate, raws, offsets, seed):
@@ -420,20 +443,23 @@ def _schedule_warnings(rate, sched):
     return out
 
 
-async def run_level(cfg, spec, index, progress=None, keep_requests=False):
-    """One level: spec = {"mode": "concurrency", "concurrency"} or {"mode": "rate", "request_rate", ...}."""
+async def run_level(cfg, spec, index, progress=None, keep_requests=False, attempt=1):
+    """One level: spec = {"mode": "concurrency", "concurrency"} or {"mode": "rate", "request_rate", ...}.
+    attempt 2 measures it once more (after a stall): no warm-up (the first measurement warmed it), own rids
+    and prompts."""
     rate = None if spec["mode"] == "concurrency" else parse_rate(spec["request_rate"])
     concurrency = spec.get("concurrency") if rate is None else spec.get("max_concurrency")
     endpoint = Endpoint(cfg["url"], cfg.get("_api_key"))
+    again = "" if attempt == 1 else f":a{attempt}"
     # Distinct prompts for every level and for warmup: no prefix-cache replay between levels.
     if rate is None:
-        rng = random.Random(f"{cfg['seed']}:{index}:{concurrency}")
-        label = f"c={concurrency}"
+        rng = random.Random(f"{cfg['seed']}:{index}:{concurrency}{again}")
+        label = _spec_label(spec)
         offsets = None
         n = spec["num_prompts"]
     else:
-        rng = random.Random(f"{cfg['seed']}:{index}:rate:{rate_label(rate)}")
-        label = spec.get("label") or f"r={rate_label(rate)}"
+        rng = random.Random(f"{cfg['seed']}:{index}:rate:{rate_label(rate)}{again}")
+        label = _spec_label(spec)
         if cfg.get("arrival_rng") == "bench_serving":
             sched_seed = cfg["seed"]
             offsets = bench_serving_offsets(
@@ -453,29 +479,29 @@ async def run_level(cfg, spec, index, progress=None, keep_requests=False):
                 rate, cfg["burstiness"], sched_seed, spec.get("num_prompts"), spec.get("duration_s")
             )
         n = len(offsets)
-    warm_len = min(cfg["output_len"], 16)
-    warm = [
-        request_body(cfg, _rid(cfg, index, "w", i), prompt, min(warm_len, out), rng)
-        for i, (prompt, out) in enumerate(make_workload(cfg, rng, cfg["warmup"]))
-    ]
-    rids = [_rid(cfg, index, "r", i) for i in range(n)]
-    work = make_workload(cfg, rng, n)
-    bodies = [request_body(cfg, rid, prompt, out, rng) for rid, (prompt, out) in zip(rids, work)]  # noqa: B905
-    extra = f", {cfg['warmup']} warmup" + ("" if rate is None else f", open loop at {rate_label(rate)} req/s")
-    say(progress, f"level {label} start: {n} requests{extra}")
     keep_alive = cfg["connection"] == "keep_alive"
     if rate is None:
         clients = [Client(endpoint, keep_alive) for _ in range(min(concurrency, n))]
     else:
         clients = [Client(endpoint, keep_alive) for _ in range(min(concurrency or n, n, RATE_POOL_PREOPEN))]
+    # The level's own warm-up: `warmup` requests per stream, every stream at once, so the server meets the
+    # batch the level makes before the measurement does (level_warmup false: `warmup` requests in all).
+    n_warm = 0 if attempt > 1 else cfg["warmup"] * (len(clients) if cfg.get("level_warmup") else 1)
+    warm_len = min(cfg["output_len"], 16)
+    warm = [
+        request_body(cfg, _rid(cfg, index, "w", i), prompt, min(warm_len, out), rng)
+        for i, (prompt, out) in enumerate(make_workload(cfg, rng, n_warm))
+    ]
+    rids = [_rid(cfg, index, "r", i, attempt) for i in range(n)]
+    work = make_workload(cfg, rng, n)
+    bodies = [request_body(cfg, rid, prompt, out, rng) for rid, (prompt, out) in zip(rids, work)]  # noqa: B905
+    extra = f", {n_warm} warmup" + ("" if rate is None else f", open loop at {rate_label(rate)} req/s")
+    say(progress, f"level {label} {'start' if attempt == 1 else 'again'}: {n} requests{extra}")
     telemetry = None
     try:
         if keep_alive:
             await asyncio.gather(*(cl.connect(min(cfg["request_timeout"], 30.0)) for cl in clients))
-        warm_failed = 0
-        if warm:
-            for raw in await run_closed_loop(clients, cfg, warm):
-                warm_failed += 0 if analyse(cfg["api"], raw)["ok"] else 1
+        warmup = await _warm_up(cfg, clients, warm, warm_len) if warm else None
         flush = None
         if cfg["flush_cache"]:
             flush = await asyncio.get_running_loop().run_in_executor(None, flush_cache, cfg)
@@ -498,6 +524,7 @@ async def run_level(cfg, spec, index, progress=None, keep_requests=False):
     for r, (_, out) in zip(results, work):  # noqa: B905
         r["asked_output_len"] = out
     level = summarize_level(cfg, concurrency, results, end - start, n, rate=rate)
+    level["progress_gap_ms"], level["progress_gap_at_s"] = progress_gap(results)
     if rate is not None:
         sched = _schedule_report(rate, raws, offsets, sched_seed)
         sched["arrival_rng"] = cfg.get("arrival_rng", "python")
@@ -510,7 +537,14 @@ async def run_level(cfg, spec, index, progress=None, keep_requests=False):
     if spec.get("phase"):
         level["phase"] = spec["phase"]
     level["telemetry"] = tele
-    level["warmup_failed"] = warm_failed
+    level["warmup"] = warmup
+    level["warmup_failed"] = 0 if warmup is None else warmup["failed"]
+    if warmup is not None and warmup["cut"]:
+        level["warnings"].append(
+            f"{_level_name(concurrency, rate)}: the warm-up was cut at level_warmup_timeout "
+            f"({cfg['level_warmup_timeout']:g} s; {warmup['timed_out']} requests timed out, {warmup['not_sent']} "
+            "not sent): the level may have measured a cold server"
+        )
     level["flush_cache"] = flush
     if flush is not None and not flush["ok"]:
         level["warnings"].append(f"{_level_name(concurrency, rate)}: /flush_cache failed: {flush['detail']}")
@@ -535,8 +569,80 @@ async def run_level(cfg, spec, index, progress=None, keep_requests=False):
             }
             for rid, r, raw in zip(rids, results, raws)  # noqa: B905 (same length; strict= needs Python 3.10)
         ]
-    say(progress, f"level {label} done: {level_line(level)}")
+    return level  # its "done" line is measure_level's, after the stall rule
+
+
+async def _warm_up(cfg, clients, bodies, max_tokens):
+    """Send the warm-up bodies through the level's streams (the first len(clients) at once), cut at
+    level_warmup_timeout; what it did, for the record (FORMULAS["warmup"])."""
+    limit = cfg.get("level_warmup_timeout", LEVEL_WARMUP_TIMEOUT_S)
+    t0 = time.perf_counter()
+    raws = await run_closed_loop(clients, cfg, bodies, deadline=t0 + limit)
+    seconds = time.perf_counter() - t0
+    sent = [r for r in raws if r is not None]
+    timed_out = sum(1 for r in sent if (r.get("error") or "").startswith("timeout"))
+    failed = sum(0 if analyse(cfg["api"], r)["ok"] else 1 for r in sent)
+    return {
+        "requests": len(sent),
+        "at_once": min(len(clients), len(bodies)),
+        "max_new_tokens": max_tokens,
+        "seconds": seconds,
+        "failed": failed,
+        "timed_out": timed_out,
+        "not_sent": len(bodies) - len(sent),
+        "limit_s": limit,
+        "cut": timed_out > 0 or len(sent) < len(bodies),
+    }
+
+
+def measure_level(cfg, spec, index, levels, server=None, progress=None, keep_requests=False):
+    """run_level, then the stall rule (bench_stall.stall_verdict against the neighbour below among `levels`);
+    a level that stalled is measured once more and the re-measurement is the level, its first measurement
+    kept under stall.first (FORMULAS["stall"])."""
+    first = asyncio.run(run_level(cfg, spec, index, progress, keep_requests))
+    label = _spec_label(spec)
+    if not cfg.get("stall_check", True) or not first["completed"]:
+        first["stall"] = None
+        say(progress, f"level {label} done: {level_line(first)}")
+        return first
+    mrr = (server or {}).get("max_running_requests")
+
+    def verdict(level):
+        return stall_verdict(
+            level, neighbour_below(levels, level), mrr, cfg["stall_min_s"], cfg["stall_factor"]
+        )
+
+    found = verdict(first)
+    # a server that died in the level is keep_going's to report, not a level to measure again
+    if not found["detected"] or level_server_died(cfg, first, cfg.get("_api_key")):
+        first["stall"] = found
+        say(progress, f"level {label} done: {level_line(first)}")
+        return first
+    say(progress, f"level {label} stalled: {'; '.join(found['reasons'])}; measuring it once more")
+    level = asyncio.run(run_level(cfg, spec, index, progress, keep_requests, attempt=2))
+    again = verdict(level) if level["completed"] else {"detected": False, "reasons": []}
+    level["warmup"], level["warmup_failed"] = first["warmup"], first["warmup_failed"]
+    first.pop("stall", None)
+    level["stall"] = dict(found, first=first, persisted=again["detected"], reasons_again=again["reasons"])
+    persisted = (
+        f"; it stalled again ({'; '.join(again['reasons'])}): not a warm-up effect, the level's own behaviour"
+        if again["detected"]
+        else ""
+    )
+    level["warnings"].append(
+        f"{_level_where(level)}: the first measurement stalled ({'; '.join(found['reasons'])}): measured "
+        f"once more, the figures are the second measurement's (first: {_fmt(first['output_tok_s'])} tok/s, "
+        f"TTFT p50 {_fmt(first['ttft_ms']['p50'])} ms){persisted}"
+    )
+    say(progress, f"level {label} done: {level_line(level)} (measured again after a stall)")
     return level
+
+
+def _spec_label(spec):
+    """The level's name in the progress lines (c=N, r=R, or the SLO search's own label)."""
+    if spec["mode"] == "concurrency":
+        return f"c={spec['concurrency']}"
+    return spec.get("label") or f"r={rate_label(parse_rate(spec['request_rate']))}"
 
 
 def _fmt(v, spec="{:.1f}"):
@@ -620,6 +726,17 @@ def summarize(levels, knee_fraction=KNEE_FRACTION, slo_max_rate=None):
         "failed": failed,
         "error_rate": failed / (completed + failed) if completed + failed else None,
         "warnings": [w for lv in levels for w in lv["warnings"]],
+        # levels measured once more after a stall (their figures above are the second measurement's)
+        "stalled_levels": [
+            {
+                "mode": lv.get("mode", "concurrency"),
+                "concurrency": lv["concurrency"],
+                "request_rate": lv.get("request_rate"),
+                "persisted": lv["stall"].get("persisted", False),
+            }
+            for lv in levels
+            if (lv.get("stall") or {}).get("detected")
+        ],
     }
 
 
@@ -745,7 +862,7 @@ def run_benchmark(cfg, api_key=None, progress=None, keep_requests=False):
     levels = []
     t0 = time.time()
     for index, spec in enumerate(level_specs(cfg)):
-        level = asyncio.run(run_level(cfg, spec, index, progress, keep_requests))
+        level = measure_level(cfg, spec, index, levels, server, progress, keep_requests)
         levels.append(level)
         if not keep_going(cfg, level):
             break
@@ -762,7 +879,7 @@ def run_benchmark(cfg, api_key=None, progress=None, keep_requests=False):
                 cfg["min_prompts"],
             )
             spec.update(mode="rate", phase="slo_search", label=f"s{step} r={rate_label(rate)}")
-            lv = asyncio.run(run_level(cfg, spec, base + step - 1, progress, keep_requests))
+            lv = measure_level(cfg, spec, base + step - 1, levels, server, progress, keep_requests)
             lv["search_step"] = step
             return lv
 

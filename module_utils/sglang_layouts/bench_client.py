@@ -408,16 +408,24 @@ class Client:
         return out
 
 
-async def run_closed_loop(clients, cfg, bodies):
-    """len(clients) workers (one connection each) drain the bodies in order; returns raw outcomes."""
+async def run_closed_loop(clients, cfg, bodies, deadline=None):
+    """len(clients) workers (one connection each) drain the bodies in order; returns raw outcomes.
+
+    With a deadline (perf_counter time) no request starts after it and none runs past it (its timeout is
+    cut there); the bodies never sent keep None."""
     queue = list(enumerate(bodies))
     queue.reverse()
     outcomes = [None] * len(bodies)
 
     async def worker(w, client):
         while queue:
+            timeout = cfg["request_timeout"]
+            if deadline is not None:
+                timeout = min(timeout, deadline - time.perf_counter())
+                if timeout <= 0:
+                    return
             i, body = queue.pop()
-            outcomes[i] = await client.request(cfg["path"], body, cfg["request_timeout"])
+            outcomes[i] = await client.request(cfg["path"], body, timeout)
             outcomes[i]["worker"] = w
 
     await asyncio.gather(*(worker(w, cl) for w, cl in enumerate(clients[: len(bodies)])))

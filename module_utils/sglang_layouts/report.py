@@ -141,6 +141,31 @@ def rows(records):
                 "reasons": rec.get("reasons") or [],
                 "msg": rec.get("msg"),
                 "attempt": rec.get("attempt", 1),
+                "stalled": _stalled_levels(rec),
+            }
+        )
+    return out
+
+
+def _stalled_levels(rec):
+    """The levels measured once more after a stall (records before the stall rule have none): both figures."""
+    out = []
+    for lv in rec.get("levels") or []:
+        stall = lv.get("stall") or {}
+        if not stall.get("detected"):
+            continue
+        first = stall.get("first") or {}
+        out.append(
+            {
+                "level": f"c={lv['concurrency']}"
+                if lv.get("request_rate") is None
+                else f"{lv['request_rate']} req/s",
+                "reasons": stall.get("reasons") or [],
+                "persisted": bool(stall.get("persisted")),
+                "first_tok_s": first.get("output_tok_s"),
+                "first_ttft_p50_ms": (first.get("ttft_ms") or {}).get("p50"),
+                "tok_s": lv.get("output_tok_s"),
+                "ttft_p50_ms": (lv.get("ttft_ms") or {}).get("p50"),
             }
         )
     return out
@@ -337,6 +362,20 @@ def to_markdown(run_id, table, win, plots=()):
         sim = _engine_tag(w, multi_engine)
         who = f"{w['host']}/{w['layout']}" if multi_host else w["layout"]
         lines.append(f"- **Winner for {title}: {who}**{sim}: {w['value']:.1f} {unit}{at}.")
+    stalled = [(r, s) for r in table for s in r.get("stalled") or []]
+    if stalled:
+        lines += [
+            "",
+            "Levels measured again after a stall (the table and the winners use the second measurement):",
+            "",
+        ]
+        for r, s in stalled:
+            again = "; it stalled again (the level's own behaviour)" if s["persisted"] else ""
+            lines.append(
+                f"- {_label(r, multi_host, multi_engine)} {s['level']}: stalled ({'; '.join(s['reasons'])}), "
+                f"first {_fmt(s['first_tok_s'])} tok/s, TTFT p50 {_fmt(s['first_ttft_p50_ms'])} ms; "
+                f"measured again {_fmt(s['tok_s'])} tok/s, TTFT p50 {_fmt(s['ttft_p50_ms'])} ms{again}"
+            )
     notes = [r for r in table if r["status_code"] in ("failed", "skipped")]
     if notes:
         lines += ["", "Not measured:", ""]

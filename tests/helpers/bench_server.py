@@ -4,6 +4,11 @@ It streams /generate (cumulative meta_info, as SGLang does by default), /v1/comp
 and /v1/chat/completions (usage chunk when asked), answers /health, /server_info,
 /v1/models and /flush_cache, and records per request what it did, so tests compare
 the client's figures with what the server scheduled.
+
+With compile_s it stalls as an engine does that compiles a kernel for every batch shape it has not
+met yet (triton MoE kernels without a tuned config): the first time a request arrives with n requests
+in flight (n not in `compiled`), every stream stops for compile_s seconds. stall_rids pauses it the
+same way once for each request whose rid ends with one of them (a one-off stall after the warm-up).
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ class FakeState:
         usage=True,
         context_length=None,
         metrics=None,
+        compile_s=0.0,
+        compiled=(1,),
+        stall_rids=(),
     ):
         self.step_s = step_s
         self.first_s = first_s
@@ -36,6 +44,11 @@ class FakeState:
         self.context_length = context_length  # reported by /server_info when set
         self.metrics = metrics  # Prometheus text served at /metrics (404 when None)
         self.metrics_scrapes = 0
+        self.compile_s = compile_s
+        self.compiled = set(compiled)  # batch sizes already compiled (1: the server's own start-up warm-up)
+        self.stall_rids = tuple(stall_rids)
+        self.pause_until = 0.0  # monotonic time before which no stream sends a token
+        self.pauses = []  # {"at", "seconds", "batch", "rid"} for each stall the server made
         self.lock = threading.Lock()
         self.count = 0
         self.flushes = 0
@@ -116,13 +129,25 @@ def make_handler(state: FakeState):
             with state.lock:
                 state.inflight += 1
                 state.max_inflight = max(state.max_inflight, state.inflight)
+                batch = state.inflight
+                new_shape = state.compile_s > 0 and batch not in state.compiled
+                one_off = any((rid or "").endswith(s) for s in state.stall_rids)
+                if new_shape or one_off:
+                    state.compiled.add(batch)
+                    now = time.monotonic()
+                    state.pause_until = max(state.pause_until, now + state.compile_s)
+                    state.pauses.append({"at": now, "seconds": state.compile_s, "batch": batch, "rid": rid})
             times = []
             try:
                 due = arrival + state.first_s
                 for k in range(1, out + 1):
-                    delay = due - time.monotonic()
-                    if delay > 0:
+                    while True:  # a pause that began while this stream waited holds its token too
+                        delay = max(due, state.pause_until) - time.monotonic()
+                        if delay <= 0:
+                            break
                         time.sleep(delay)
+                    if state.pause_until > due:
+                        due = time.monotonic()
                     times.append(time.monotonic())
                     if measured and state.error_every and idx % state.error_every == 0 and k == 2:
                         self._send_event({"error": {"message": "aborted"}})

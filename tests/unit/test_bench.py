@@ -81,7 +81,11 @@ def test_generate_figures_match_what_the_server_did(chunked, fine_gil_switching)
     log = {e["rid"]: e for e in srv.state.log}
     rids = [r["rid"] for lv in out["levels"] for r in lv["requests"]]
     assert len(set(rids)) == len(rids) == 24 and all(r in log for r in rids)
-    assert sum("-w" in r for r in log) == 2
+    # the warm-up of each level: one request per stream, the level's streams at once (1, then 4)
+    assert sum("-w" in r for r in log) == 1 + 4
+    assert [lv["warmup"]["requests"] for lv in out["levels"]] == [1, 4]
+    assert [lv["warmup"]["at_once"] for lv in out["levels"]] == [1, 4]
+    assert all(lv["stall"]["detected"] is False for lv in out["levels"])
     assert srv.state.flushes == 2
     # measured TTFT / ITL vs the server's own schedule: within 10 ms, far below the 30 ms first token
     # and the whole request, so a figure taken at the wrong moment fails; the accuracy itself is

@@ -116,6 +116,7 @@ def test_result_module_stores_queries_and_never_overwrites(tmp_path):
     [
         ({"request_rates": [0]}, "> 0"),
         ({"request_rates": [1], "slo": {"ttft_p95": 10}}, "slo key 'ttft_p95' does not exist"),
+        ({"stall_factor": 0.5}, "stall_factor must be a number >= 1"),
     ],
 )
 def test_bad_rate_or_slo_fails_before_any_request(tmp_path, extra, needle):
@@ -148,3 +149,41 @@ def test_rate_ladder_through_the_module(tmp_path):
     assert all(lv["slo_met"] is True and lv["goodput_tok_s"] > 0 and "telemetry" in lv for lv in levels)
     # inf (all at once) is a burst, not a sustained rate: the highest finite rate that met counts
     assert res["ansible_facts"]["sglang_bench"]["summary"]["slo_max_rate"] == 50.0
+
+
+def test_a_stalled_level_through_the_module_is_measured_again_and_warned(tmp_path):
+    """A server that compiles (3 s, every stream stopped) on a batch size it has not met, no warm-up:
+    the module marks c=2, measures it again and says so in its warnings and its progress file."""
+    progress = tmp_path / "p.progress"
+    with FakeServer(step_s=0.005, first_s=0.01, compile_s=3.0) as srv:
+        res = run_module(
+            tmp_path,
+            "sglang_bench",
+            {
+                "url": srv.url,
+                "concurrency": [1, 2],
+                "num_prompts": 6,
+                "input_len": 4,
+                "output_len": 10,
+                "warmup": 0,
+                "stall_min_s": 1.0,
+                "progress_file": str(progress),
+            },
+        )
+    assert not res.get("failed"), res
+    b = res["ansible_facts"]["sglang_bench"]
+    lv = b["levels"][1]
+    assert lv["stall"]["detected"] is True and lv["stall"]["first"]["progress_gap_ms"] >= 2500
+    assert lv["progress_gap_ms"] < 1000
+    assert b["summary"]["stalled_levels"] == [
+        {"mode": "concurrency", "concurrency": 2, "request_rate": None, "persisted": False}
+    ]
+    assert any("first measurement stalled" in w for w in res.get("warnings", []))
+    lines = [ln.split(" ", 1)[1].split(":")[0] for ln in progress.read_text().splitlines()]
+    assert lines[2:] == [
+        "level c=2 start",
+        "level c=2 stalled",
+        "level c=2 again",
+        "level c=2 done",
+        "bench finished",
+    ]
