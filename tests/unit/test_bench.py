@@ -79,7 +79,7 @@ def test_generate_figures_match_what_the_server_did(chunked):
     # measured TTFT / E2E vs the server's own schedule, as bounds that hold however busy the box is:
     # the client sends before the server sees the request and reads a token after the server sent
     # it, so its figures can only be longer; a TTFT taken at the wrong moment (the last token)
-    # equals E2E, and ITLs that are not the gaps between tokens do not add up to E2E - TTFT. How
+    # equals E2E, and ITLs that are not the gaps between tokens add up past E2E - TTFT. How
     # close the figures come to the server's is make bench-client's measurement, not a test's.
     for lv in out["levels"]:
         for r in lv["requests"]:
@@ -88,7 +88,9 @@ def test_generate_figures_match_what_the_server_did(chunked):
             assert r["e2e_ms"] >= 1000 * (e["token_times"][-1] - e["arrival"]) - 0.5, (r, e)
             assert len(r["itl_ms"]) == 9
             assert r["ttft_ms"] < r["e2e_ms"]
-            assert r["ttft_ms"] + sum(r["itl_ms"]) == pytest.approx(r["e2e_ms"], abs=0.5)
+            assert min(r["itl_ms"]) >= 0
+            # the stream ends after its last token (the usage chunk, [DONE]): E2E is at least that
+            assert r["ttft_ms"] + sum(r["itl_ms"]) <= r["e2e_ms"] + 0.01
     # per request decode_tok_s = 1000 / tpot_ms: the level's means are means of those (the mean of
     # the reciprocals, which a loaded box's spread of tpot moves away from 1000 / mean tpot)
     tpot = [(r["e2e_ms"] - r["ttft_ms"]) / (r["completion_tokens"] - 1) for r in lv1["requests"]]
