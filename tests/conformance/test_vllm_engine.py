@@ -99,6 +99,10 @@ class VllmServer:
             str(self.port),
             "--served-model-name",
             SERVED_NAME,
+            # no torch.compile: on 2 CPU cores it is most of a start (minutes when its cache is
+            # cold), and nothing here tests it; the HTTP API, the token counts and the process
+            # group are the same in eager mode
+            "--enforce-eager",
         ]
         # VLLM_CACHE_ROOT is left to the venv's .pth (ci/vllm.sh): the machine-level torch.compile
         # cache, so that a second start is warm.
