@@ -110,8 +110,14 @@ class _Handler(JsonHandler):
 class Replay:
     """Writes the log, serves the API and tells the process state, on the log's clock."""
 
-    def __init__(self, path: Path, log_file: Path, max_gap: float | None = None):
+    def __init__(
+        self, path: Path, log_file: Path, max_gap: float | None = None, hold_after_ready: bool = False
+    ):
+        """hold_after_ready: after the ready line, write nothing more until close(): the lines after
+        it (a stop's cascade) cannot reach a gate that is still confirming the ready server, so its
+        verdict does not depend on how fast this machine runs the two threads."""
         self.parsed = parse(path)
+        self.hold_after_ready = hold_after_ready
         self.events = shorten(self.parsed.events, max_gap)
         self.log_file = log_file
         self.port = free_port()
@@ -153,6 +159,9 @@ class Replay:
                     self._serve()
                 if logclass.READY_LINE in ev.line:
                     self.ready = True
+                    if self.hold_after_ready:
+                        self._stop.wait()
+                        return
 
     def state(self) -> health.ProcState:
         if self.exited is None:

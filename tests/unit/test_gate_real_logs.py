@@ -35,7 +35,8 @@ def _lines(name):
 
 @pytest.mark.parametrize(("name", "kv"), sorted(HEALTHY.items()))
 def test_a_healthy_start_is_ready_with_no_failure(tmp_path, name, kv):
-    replay = Replay(FIXTURES / name, tmp_path / "engine.log", max_gap=0.05).start()
+    # The replay holds the lines after the ready line (the stop's cascade) until the gate answered.
+    replay = Replay(FIXTURES / name, tmp_path / "engine.log", max_gap=0.05, hold_after_ready=True).start()
     try:
         facts, failure, _ = gate(replay, **GATE)
     finally:
@@ -137,7 +138,7 @@ def test_check_alive_after_a_requested_stop_is_healthy(tmp_path):
     [("qwen3-30b-a3b.log", None), ("fail-oom-at-load.kimi-k2.6-cut18.log", "cuda_oom")],
 )
 def test_the_gate_in_slices_reaches_the_same_verdict_and_reports_progress(tmp_path, name, cls):
-    replay = Replay(FIXTURES / name, tmp_path / "engine.log", max_gap=0.1).start()
+    replay = Replay(FIXTURES / name, tmp_path / "engine.log", max_gap=0.1, hold_after_ready=True).start()
     pending, resume = [], None
     try:
         while True:
