@@ -163,13 +163,16 @@ def _r(cls: str, pattern: str, definitive: bool, hint: str, scope: str, seen: st
 
 _JIT_HINT = (
     "a JIT kernel build failed (SGLang, flashinfer and tvm-ffi compile CUDA kernels with nvcc and ninja "
-    "on first use): check that nvcc 13 is on the service's PATH and CUDA_HOME points at it, that ninja is "
-    "installed, that flashinfer-python is complete (its flashinfer/data/ sources), and that the JIT caches "
-    "(~/.cache/flashinfer, TVM_FFI_CACHE_DIR) are writable by the service user"
+    "on first use): check that nvcc 13 and ninja are on the service's PATH (a FileNotFoundError names the "
+    "one it could not run; a venv's bin/ is not on a unit's PATH by itself) and CUDA_HOME points at the "
+    "CUDA toolkit, that flashinfer-python is complete (its flashinfer/data/ sources), and that the JIT "
+    "caches (~/.cache/flashinfer, TVM_FFI_CACHE_DIR) are writable by the service user"
 )
 
 # Executables a JIT build runs (ninja, the CUDA and host compilers, the linker, CUDA's back ends).
-_BUILD_TOOLS = r"ninja|nvcc|cicc|ptxas|fatbinary|nvlink|c\+\+|g\+\+|gcc|cc|clang\+\+|clang|ld|cmake|make|hipcc"
+_BUILD_TOOLS = (
+    r"ninja|nvcc|cicc|ptxas|fatbinary|nvlink|c\+\+|g\+\+|gcc|cc|clang\+\+|clang|ld|cmake|make|hipcc"
+)
 
 _GPU_HINT = (
     "the layout asks for more GPUs than the host shows (a rank's GPU index is past the last visible "
@@ -487,6 +490,7 @@ class LogClassifier:
         self._handled = False
         # None | "frames" (header seen) | "message" (its exception line seen) | "chain" (between two)
         self._tb: str | None = None
+        self.exception_line: str | None = None  # the newest traceback's exception line (for timing)
 
     @property
     def traceback_open(self) -> bool:
@@ -520,6 +524,7 @@ class LogClassifier:
             # The exception says what happened even when no rule names its cause.
             m = best(m, Match("crashed", line, False, _EXCEPTION_HINT, _GENERIC, is_raised(body)))
             self._tb = "message"
+            self.exception_line = line
         elif self._tb == "message" and _CHAIN.match(body):
             m = None
             self._tb = "chain"
