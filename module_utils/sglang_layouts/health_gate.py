@@ -114,7 +114,9 @@ def wait_ready(
     slice_end = time.monotonic() + slice_s if slice_s else None
     tail: deque[str] = deque(resume.get("tail", []), maxlen=TAIL)
     classifier = logclass.LogClassifier()
-    if resume.get("found"):
+    if resume.get("classifier"):
+        classifier.restore(resume["classifier"])
+    elif resume.get("found"):
         classifier.found = logclass.Match(**resume["found"])
     found_at = resume.get("found_at")
     ready_line = bool(resume.get("ready_line"))
@@ -289,6 +291,7 @@ def wait_ready(
                         "position": follower.position(),
                         "tail": list(tail),
                         "found": found.__dict__ if found else None,
+                        "classifier": classifier.snapshot(),
                         "found_at": found_at,
                         "ready_line": ready_line,
                         "kv_seen": kv_seen,

@@ -496,6 +496,24 @@ class LogClassifier:
     def traceback_open(self) -> bool:
         return self._tb is not None
 
+    def snapshot(self) -> dict:
+        """What a later reader needs to go on where this one stopped (plain, JSON-able values)."""
+        return {
+            "found": self.found.__dict__ if self.found else None,
+            "traceback": self._tb,
+            "handled": self._handled,
+            "exception_line": self.exception_line,
+            "stopping": self.stopping,
+        }
+
+    def restore(self, snap: dict) -> None:
+        """Go on from a snapshot (a traceback open across two slices of the gate stays open)."""
+        self.found = Match(**snap["found"]) if snap.get("found") else None
+        self._tb = snap.get("traceback")
+        self._handled = bool(snap.get("handled"))
+        self.exception_line = snap.get("exception_line")
+        self.stopping = bool(snap.get("stopping"))
+
     def end_traceback(self) -> None:
         """No more of the open traceback will come (the process exited, or the log went quiet)."""
         self._tb = None

@@ -344,3 +344,16 @@ def test_a_handled_traceback_stays_generic_through_its_chain():
         ]
     )
     assert not c.found.definitive
+
+
+def test_a_snapshot_taken_inside_a_traceback_goes_on_where_it_stopped():
+    # The gate runs in slices; one may end in the middle of a traceback.
+    first = _open_after(TB[:4])
+    second = logclass.LogClassifier()
+    second.restore(first.snapshot())
+    assert second.traceback_open
+    for line in [*TB[4:], SIGQUIT]:
+        second.feed(line)
+    whole = _open_after([*TB, SIGQUIT])
+    assert second.found == whole.found and second.exception_line == whole.exception_line
+    assert not second.traceback_open
