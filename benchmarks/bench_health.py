@@ -7,14 +7,19 @@ Each run starts the simulated engine (sglang_sim, SGLang's log lines and exit pa
 process supervisor (module_utils/sglang_layouts/supervisor.py) with a fault, and runs the same
 gate as library/sglang_health.py (health.wait_ready, poll 0.2 s, grace 30 s) on its log file.
 An independent watcher polls the log file and the process group every 5 ms and records the
-first moment the fatal line is on disk or the process has exited. The latency printed is
-verdict time minus that moment (median, p90, max over N runs per fault):
+first moment the fatal line is on disk or the process has exited, and the last moment a
+traceback's exception line reached the file (the final exception: the gate reads a traceback
+whole). The latencies printed are verdict time minus those moments (median, p90, max over N runs
+per fault; `exc s`: seconds from the final exception line to the verdict):
 
-  oom_at_load   tp4ep2 on 8 x 94.97 GiB: torch.OutOfMemoryError at load, then SIGKILL of itself
-  crash         SGLANG_SIM_FAULT=crash_after:6: scheduler exception (generic lines), SIGKILL
-  nccl_timeout  SGLANG_SIM_FAULT=nccl_timeout_after:5: torch's NCCL watchdog lines, abort
-  exit_only     a process that exits with status 1 and logs nothing fatal
-  bad_args      an unknown flag: argparse's error, exit status 2
+  oom_at_load      tp4ep2 on 8 x 94.97 GiB: torch.OutOfMemoryError at load, then SIGKILL of itself
+  crash            SGLANG_SIM_FAULT=crash_after:6: scheduler exception (generic lines), SIGKILL
+  nccl_timeout     SGLANG_SIM_FAULT=nccl_timeout_after:5: torch's NCCL watchdog lines, abort
+  exit_only        a process that exits with status 1 and logs nothing fatal
+  bad_args         an unknown flag: argparse's error, exit status 2
+  jit_missing      SGLANG_SIM_FAULT=jit_missing:ninja: the first graph capture's JIT build cannot
+                   run ninja (FileNotFoundError, re-raised as `Capture cuda graph failed`), SIGKILL
+  gpu_unavailable  tp16 on the 8-GPU host: a rank's `CUDA error: invalid device ordinal`, SIGKILL
 
 For crash/nccl_timeout the server first becomes ready, then the gate watches (its HTTP probe
 points at a closed port so only the log and the process can end the wait) while the
@@ -46,6 +51,7 @@ MODEL = REPO / "models" / "kimi-k2.6"
 LAYOUT_FLAGS = {
     "tp8": ["--tp-size", "8"],
     "tp4ep2": ["--tp-size", "4", "--ep-size", "2"],
+    "tp16": ["--tp-size", "16"],
 }
 
 
@@ -88,21 +94,29 @@ def sim_env(**extra) -> dict:
 
 
 class Watcher(threading.Thread):
-    """Ground truth: first time a fatal line is in the file, first time the process group is gone."""
+    """Ground truth: first time a fatal line is in the file, first time the process group is gone,
+    and the last time a traceback's exception line arrived (the final exception, as the
+    classifier reads tracebacks). Runs until stopped, after the verdict."""
 
     def __init__(self, log_path: str, offset: int, pgid: int):
         super().__init__(daemon=True)
         self.log_path, self.offset, self.pgid = log_path, offset, pgid
         self.t_line = None
         self.t_exit = None
+        self.t_exception = None
         self.stop = threading.Event()
 
     def run(self):
         follower = health.FileFollower(self.log_path, self.offset)
-        while not self.stop.is_set() and (self.t_line is None or self.t_exit is None):
+        reader = logclass.LogClassifier()
+        while not self.stop.is_set():
             now = time.monotonic()
-            if self.t_line is None and any(logclass.classify_line(x) for x in follower.read()):
-                self.t_line = now
+            for line in follower.read():
+                before = reader.exception_line
+                if reader.feed(line) is not None and self.t_line is None:
+                    self.t_line = now
+                if reader.exception_line is not before:
+                    self.t_exception = now
             if self.t_exit is None and not supervisor.group_members(self.pgid):
                 self.t_exit = now
             time.sleep(0.005)
@@ -157,6 +171,11 @@ def one_run(kind: str, run_dir: str, i: int) -> dict:
         argv = sim_argv(port, "tp8")
         env = sim_env(SGLANG_SIM_FAULT="nccl_timeout_after:5", SGLANG_SIM_NCCL_TIMEOUT_SECONDS="0.5")
         trigger = 6
+    elif kind == "jit_missing":
+        argv = sim_argv(port, "tp8")
+        env = sim_env(SGLANG_SIM_FAULT="jit_missing:ninja")
+    elif kind == "gpu_unavailable":
+        argv = sim_argv(port, "tp16")
     else:
         raise ValueError(kind)
     st = supervisor.start(run_dir, name, argv, env=env, cwd=run_dir)
@@ -194,13 +213,14 @@ def one_run(kind: str, run_dir: str, i: int) -> dict:
             for _ in range(trigger):
                 generate(url)
         g.join(150)
-        watcher.join(5)
         watcher.stop.set()
-        t_event = watcher.t_event
+        watcher.join(5)
+        t_event, t_exc = watcher.t_event, watcher.t_exception
         return {
             "kind": kind,
             "class": result.get("cls"),
             "latency_s": round(result["t"] - t_event, 3) if t_event and "t" in result else None,
+            "after_exception_s": round(result["t"] - t_exc, 3) if t_exc and "t" in result else None,
             "from": "line" if watcher.t_line is not None and watcher.t_line == t_event else "exit",
             "line": (result.get("line") or "")[:100],
         }
@@ -212,6 +232,9 @@ REPLAYS = {
     "fail-oom-at-load.kimi-k2.6-cut18.log": "cuda_oom",
     "fail-kv-no-memory.kimi-k2.6-cut8-mfs045.log": "kv_cache_no_memory",
     "fail-flashinfer-jit-no-data.kimi-k2.6-cut8.log": "jit_build_failed",
+    # constructed from the real logs' format until the real capture replaces them (fixtures README)
+    "fail-jit-no-ninja.qwen3-30b-a3b.log": "jit_build_failed",
+    "fail-gpu-unavailable-tp2.qwen3-30b-a3b.log": "gpu_unavailable",
     "qwen3-30b-a3b.log": None,
     "kimi-k2.6-cut8.warm.log": None,
 }
@@ -220,19 +243,27 @@ REPLAYS = {
 def replay_main(args) -> int:
     """Real SGLang 0.5.16 logs (tests/fixtures/sglang-0.5.16) replayed with their own timing through
     the gate (poll 0.2 s, as the module's default): seconds from the fatal line's write to the
-    verdict, and for the healthy logs that they are ready with no failure. Pauses longer than
+    verdict and from the final exception line's write to the verdict (the gate reads a traceback
+    whole), and for the healthy logs that they are ready with no failure. Pauses longer than
     --max-gap are shortened (the timing around the fatal line is kept: it is within one second)."""
     sys.path.insert(0, str(REPO))
     from tests.helpers.log_replay import Replay, gate
 
     fixtures = REPO / "tests" / "fixtures" / "sglang-0.5.16"
     ok = True
-    print(f"{'log':<48} {'expected':<19} {'got':<19} {'n':>3} {'median s':>9} {'max s':>7}")
+    per_class: dict[str, list[float]] = {}
+    print(
+        f"{'log':<48} {'expected':<19} {'got':<19} {'n':>3} {'median s':>9} {'max s':>7} "
+        f"{'exc med s':>9} {'exc max s':>9}"
+    )
     for name, expected in REPLAYS.items():
-        got, lat = set(), []
+        got, lat, after_exc = set(), [], []
         for _ in range(args.runs):
             with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
-                r = Replay(fixtures / name, Path(tmp) / "engine.log", max_gap=args.max_gap).start()
+                # a healthy log's stop after its ready line is no part of its start
+                r = Replay(
+                    fixtures / name, Path(tmp) / "engine.log", max_gap=args.max_gap, hold_after_ready=True
+                ).start()
                 try:
                     _, failure, t_verdict = gate(r, poll=0.2, timeout=600, grace=30)
                 finally:
@@ -241,14 +272,30 @@ def replay_main(args) -> int:
                 first = r.first_definitive()
                 if failure and first and first[0] in r.written:
                     lat.append(t_verdict - r.written[first[0]])
+                final = r.final_exception()
+                if failure and final and final[0] in r.written:
+                    after_exc.append(t_verdict - r.written[final[0]])
+        if expected is not None:
+            per_class.setdefault(expected, []).extend(after_exc)
         good = got == {expected} and (expected is None or (len(lat) == args.runs and max(lat) <= 0.5))
         ok &= good
-        med = f"{statistics.median(lat):9.3f}" if lat else f"{'-':>9}"
-        mx = f"{max(lat):7.3f}" if lat else f"{'-':>7}"
+
+        def cell(xs, fn, width):
+            return f"{fn(xs):{width}.3f}" if xs else f"{'-':>{width}}"
+
         print(
-            f"{name:<48} {expected or 'ready':<19} {','.join(str(g or 'ready') for g in got):<19} {args.runs:>3} {med} {mx}"
+            f"{name:<48} {expected or 'ready':<19} {','.join(str(g or 'ready') for g in got):<19} {args.runs:>3} "
+            f"{cell(lat, statistics.median, 9)} {cell(lat, max, 7)} "
+            f"{cell(after_exc, statistics.median, 9)} {cell(after_exc, max, 9)}"
             + ("" if good else "   <-- MISSED (class, or over 0.5 s)")
         )
+    print()
+    print("seconds from final exception line to verdict, per failure class (all runs of its logs):")
+    for cls, xs in sorted(per_class.items()):
+        if xs:
+            print(f"  {cls:<20} n={len(xs):<3} median {statistics.median(xs):.3f}  max {max(xs):.3f}")
+        else:
+            print(f"  {cls:<20} no traceback exception line")
     print("every replayed verdict right and within 0.5 s of its fatal line" if ok else "TARGET MISSED")
     return 0 if ok else 1
 
@@ -256,7 +303,9 @@ def replay_main(args) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10, help="runs per fault (default 10)")
-    ap.add_argument("--kinds", default="oom_at_load,crash,nccl_timeout,exit_only,bad_args")
+    ap.add_argument(
+        "--kinds", default="oom_at_load,crash,nccl_timeout,exit_only,bad_args,jit_missing,gpu_unavailable"
+    )
     ap.add_argument("--json", help="also write the raw runs here")
     ap.add_argument(
         "--replay",
@@ -273,6 +322,8 @@ def main(argv=None) -> int:
         "nccl_timeout": "nccl_timeout",
         "exit_only": "crashed",
         "bad_args": "bad_args",
+        "jit_missing": "jit_build_failed",
+        "gpu_unavailable": "gpu_unavailable",
     }
     runs = []
     ok = True
@@ -280,18 +331,24 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="bench-health-") as run_dir:
         os.chmod(run_dir, 0o755)
-        print(f"{'fault':<14} {'class':<14} {'n':>3} {'median s':>9} {'p90 s':>7} {'max s':>7}  from")
+        print(
+            f"{'fault':<16} {'class':<17} {'n':>3} {'median s':>9} {'p90 s':>7} {'max s':>7} "
+            f"{'exc med s':>9} {'exc max s':>9}  from"
+        )
         for kind in args.kinds.split(","):
             rs = [one_run(kind, run_dir, i) for i in range(args.runs)]
             runs += rs
             lat = sorted(r["latency_s"] for r in rs if r["latency_s"] is not None)
+            exc = sorted(r["after_exception_s"] for r in rs if r["after_exception_s"] is not None)
             classes = sorted({r["class"] for r in rs})
             good = classes == [expected[kind]] and len(lat) == len(rs) and max(lat) < 2.0
             ok &= good
             p90 = lat[min(len(lat) - 1, round(0.9 * (len(lat) - 1)))] if lat else float("nan")
+            exc_cells = f"{statistics.median(exc):>9.3f} {max(exc):>9.3f}" if exc else f"{'-':>9} {'-':>9}"
             print(
-                f"{kind:<14} {','.join(map(str, classes)):<14} {len(rs):>3} "
-                f"{statistics.median(lat) if lat else float('nan'):>9.3f} {p90:>7.3f} {max(lat) if lat else float('nan'):>7.3f}"
+                f"{kind:<16} {','.join(map(str, classes)):<17} {len(rs):>3} "
+                f"{statistics.median(lat) if lat else float('nan'):>9.3f} {p90:>7.3f} {max(lat) if lat else float('nan'):>7.3f} "
+                f"{exc_cells}"
                 f"  {'/'.join(sorted({r['from'] for r in rs}))}{'' if good else '   <-- FAILS the 2 s / class target'}"
             )
     if args.json:

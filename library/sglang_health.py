@@ -18,8 +18,10 @@ description:
     For systemd that log is the journal after I(journal_cursor); for the process supervisor it is
     the log file from I(log_offset). As soon as the process exits (with any status, 0 included) or a fatal line
     appears, the module fails with C(failure_class) (cuda_oom, kv_cache_no_memory, nccl_timeout, rank_died,
-    jit_build_failed, port_in_use, bad_args, import_error, model_not_found, crashed, ready_timeout) and C(evidence) (the line,
-    the last 30 log lines, the exit status).
+    jit_build_failed, gpu_unavailable, port_in_use, bad_args, import_error, model_not_found, crashed, ready_timeout)
+    and C(evidence) (the line, the last 30 log lines, the exit status).
+  - A traceback is read whole. Its header decides nothing; the verdict waits for its final exception (the next log
+    record, the process's exit, or 0.5 s without a line), and the evidence line is the one that says what happened.
   - Changes nothing on the host.
 options:
   mode:
@@ -216,7 +218,16 @@ pending:
   returned: when slice_s is set and no verdict was reached
   type: bool
 failure_class:
-  description: Why the server is not ready.
+  description:
+    - Why the server is not ready, one of the classes above; C(hint) says what to check.
+    - "C(jit_build_failed): a JIT kernel build failed or could not start its tool (C(FileNotFoundError) of ninja, nvcc,
+      a compiler). Hint: nvcc and ninja on the service's PATH, CUDA_HOME, flashinfer's data/, writable JIT caches."
+    - "C(gpu_unavailable): a rank's GPU index is past the GPUs the process sees (C(CUDA error: invalid device ordinal)).
+      Hint: the layout asks for more GPUs than the host shows."
+  returned: failure
+  type: str
+hint:
+  description: What to check for this failure class.
   returned: failure
   type: str
 evidence:

@@ -216,6 +216,53 @@ _DEVICE_EXC = (
 )
 
 
+_CAPTURE_FAILED_HELP = (
+    "Possible solutions:\n"
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+    "3. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)\n"
+    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
+)
+
+
+def jit_missing_tool_traceback(tool: str = "ninja") -> str:
+    """flashinfer's first JIT build (its RMSNorm, at the first CUDA-graph capture) cannot start the
+    build tool: subprocess's FileNotFoundError names it, then the graph runner re-raises it as
+    `Capture cuda graph failed` while handling it (the chain of SGLang 0.5.16's real JIT failure)."""
+    inner = stack(
+        """
+sglang/srt/model_executor/cuda_graph_runner.py:371 __init__ | self.capture()
+sglang/srt/model_executor/cuda_graph_runner.py:702 capture | self._capture_one_stream()
+sglang/srt/model_executor/cuda_graph_runner.py:846 capture_one_shape | out = run_once()
+sglang/srt/layers/layernorm.py:345 forward_cuda | out = rmsnorm(x, self.weight.data, self.variance_epsilon)
+sgl_kernel/elementwise.py:120 rmsnorm | return _flashinfer_norm.rmsnorm(input, weight, eps, out, enable_pdl)
+flashinfer/norm/__init__.py:83 get_norm_module | return gen_norm_module().build_and_load()
+flashinfer/jit/core.py:302 build | run_ninja(self.build_dir, self.ninja_path, verbose)
+flashinfer/jit/cpp_ext.py:368 run_ninja | subprocess.run(
+"""
+    ) + (
+        f'  File "/usr/lib/{_PY}/subprocess.py", line 548, in run\n'
+        "    with Popen(*popenargs, **kwargs) as process:\n"
+        f'  File "/usr/lib/{_PY}/subprocess.py", line 1955, in _execute_child\n'
+        "    raise child_exception_type(errno_num, err_msg, err_filename)\n"
+    )
+    outer = stack(
+        """
+sglang/srt/managers/scheduler.py:3612 run_scheduler_process | scheduler = Scheduler(
+sglang/srt/managers/scheduler.py:368 __init__ | self.init_model_worker()
+sglang/srt/managers/tp_worker.py:396 init_cuda_graphs | self.model_runner.init_cuda_graphs(
+sglang/srt/model_executor/model_runner.py:839 init_cuda_graphs | self.cuda_graph_runner = CudaGraphRunner(self)
+sglang/srt/model_executor/cuda_graph_runner.py:373 __init__ | raise Exception(
+"""
+    )
+    cause = f"[Errno 2] No such file or directory: '{tool}'"
+    return (
+        traceback(inner, f"FileNotFoundError: {cause}")
+        + "\n\nDuring handling of the above exception, another exception occurred:\n\n"
+        + traceback(outer, f"Exception: Capture cuda graph failed: {cause}\n{_CAPTURE_FAILED_HELP}")
+    )
+
+
 def crash_traceback() -> str:
     """A scheduler's forward pass hits a CUDA fault (the crash_after fault)."""
     return traceback(_CRASH_FRAMES, _CRASH_EXC)

@@ -34,16 +34,20 @@ LOG_MAX_PENDING = 4096  # ... or when this many records wait
 
 
 def parse_faults(spec: str | None) -> dict:
-    """`crash_after:N,hang_after:N,nccl_timeout_after:N,slow_start:S` -> {name: number}."""
+    """`crash_after:N,hang_after:N,nccl_timeout_after:N,slow_start:S,jit_missing:TOOL` -> {name: value}
+    (a number; for jit_missing the build tool's name, ninja when not given)."""
     out: dict = {}
     for part in (spec or "").split(","):
         part = part.strip()
         if not part:
             continue
         name, _, value = part.partition(":")
-        if name not in ("crash_after", "hang_after", "nccl_timeout_after", "slow_start"):
+        if name not in ("crash_after", "hang_after", "nccl_timeout_after", "slow_start", "jit_missing"):
             raise SystemExit(f"SGLANG_SIM_FAULT: unknown fault {name!r}")
-        out[name] = float(value) if name == "slow_start" else int(value or 0)
+        if name == "jit_missing":
+            out[name] = value or "ninja"
+        else:
+            out[name] = float(value) if name == "slow_start" else int(value or 0)
     return out
 
 

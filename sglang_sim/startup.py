@@ -192,6 +192,8 @@ class Startup:
                 self.prefix(r),
                 f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB",
             )
+        if self.faults.get("jit_missing"):  # the first capture JIT-builds a kernel: its tool is not on PATH
+            self._scheduler_died(ranks[0], failures.jit_missing_tool_traceback(self.faults["jit_missing"]))
         for r, avail in zip(ranks, left, strict=True):
             self.log.rank(
                 self.prefix(r),

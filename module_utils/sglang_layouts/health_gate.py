@@ -9,12 +9,15 @@ confirms with /v1/completions for the served model name (from /v1/models), and
 logs its KV capacity (`KV cache size: N tokens`): it has no /server_info.
 Meanwhile the engine's log from *this* start (health_logs.py) is classified line
 by line (logclass.py), and the unit's or process's state (health_proc.py) is
-polled. A fatal line or the process's exit gives a verdict at once (a generic
-line such as `Scheduler hit an exception` decides only with the process's exit
-(SGLang kills itself right after it) or when it stands `grace` seconds (default
-30) without the server becoming ready; a non-fatal traceback of a live server
-does not fail the gate. The specific line that follows it); the HTTP probe runs
-in its own thread (health_http.py) so a slow /health never delays that verdict.
+polled. A fatal line or the process's exit gives a verdict at once, with two
+waits: a traceback is read whole (its header decides nothing; the verdict waits
+until its final exception and message are in, which the next log record shows,
+or until TRACEBACK_QUIET_S pass without a line), and a generic line such as
+`Scheduler hit an exception` alone decides only with the process's exit (SGLang
+kills itself right after it) or when it stands `grace` seconds (default 30)
+without the server becoming ready, so a non-fatal traceback of a live server
+does not fail the gate. The HTTP probe runs in its own thread (health_http.py)
+so a slow /health never delays that verdict.
 
 Standard library only. Used by library/sglang_health.py and
 benchmarks/bench_health.py.
@@ -31,6 +34,12 @@ from .health_proc import ProcState
 
 TAIL = 30
 MAX_LINE = 2000
+# A traceback still open this long after its last line is taken as complete: its writer died
+# mid-way, or the log reader lags behind it. Bounds the wait for a final exception line.
+TRACEBACK_QUIET_S = 0.5
+# After the process exited: the log is read until it has been quiet this long (journald lags the
+# process a little), TRACEBACK_QUIET_S while a traceback is open.
+EXIT_QUIET_S = 0.3
 
 
 def engine_of(engine: str | None, unit: str | None = None) -> str:
@@ -105,7 +114,9 @@ def wait_ready(
     slice_end = time.monotonic() + slice_s if slice_s else None
     tail: deque[str] = deque(resume.get("tail", []), maxlen=TAIL)
     classifier = logclass.LogClassifier()
-    if resume.get("found"):
+    if resume.get("classifier"):
+        classifier.restore(resume["classifier"])
+    elif resume.get("found"):
         classifier.found = logclass.Match(**resume["found"])
     found_at = resume.get("found_at")
     ready_line = bool(resume.get("ready_line"))
@@ -117,12 +128,15 @@ def wait_ready(
         follower.seek(resume["position"])
     prober = Prober(base_url, api_key, poll=max(poll, 0.2))
     prober.start()
+    last_line_at = time.monotonic()  # when the gate last read a line (the traceback's quiet clock)
 
     def elapsed():
         return round(time.time() - t0, 3)
 
     def feed(lines):
-        nonlocal found_at, ready_line, phase
+        nonlocal found_at, ready_line, phase, last_line_at
+        if lines:
+            last_line_at = time.monotonic()
         for line in lines:
             # server_args=ServerArgs(...) alone is ~10 kB: keep the evidence readable.
             tail.append(
@@ -188,22 +202,44 @@ def wait_ready(
                 return
             time.sleep(0.05)
 
+    def drain_after_exit():
+        """Read what the dead process left in flight, as long as it keeps coming: until the log has
+        been quiet EXIT_QUIET_S since the exit or the last line (TRACEBACK_QUIET_S while a traceback
+        is open, so its final exception is read). A dead process writes no more, so lines stop
+        coming; the gate's timeout still bounds it."""
+        exited_at = time.monotonic()
+        while elapsed() < timeout:
+            lines = follower.read()
+            if lines:
+                feed(lines)
+            else:
+                quiet = TRACEBACK_QUIET_S if classifier.traceback_open else EXIT_QUIET_S
+                if time.monotonic() - max(exited_at, last_line_at) >= quiet:
+                    return
+            time.sleep(0.05)
+
     try:
         while True:
             feed(follower.read())
+            if classifier.traceback_open and time.monotonic() - last_line_at >= TRACEBACK_QUIET_S:
+                classifier.end_traceback()
             found = classifier.found
-            if found is not None and found.definitive:
+            # A definitive line inside a traceback waits for the traceback's end: the final
+            # exception may say more, and the evidence is the line that says what happened.
+            if found is not None and found.definitive and not classifier.traceback_open:
                 drain(settle=0.05, limit=0.2)
                 found = classifier.found
                 fail(found.cls, found.line, found.hint, state_fn())
             state = state_fn()
             if not state.alive:
-                drain()
+                drain_after_exit()
                 complete = follower.final()
-                if complete:
+                # The journal read once, unless it lags behind what the follower already gave.
+                if complete and len(complete) >= getattr(follower, "lines_read", 0):
                     tail.clear()
                     classifier = logclass.LogClassifier()
                     feed(complete)
+                classifier.end_traceback()
                 found = classifier.found
                 if found is not None:
                     fail(found.cls, found.line, found.hint, state)
@@ -255,6 +291,7 @@ def wait_ready(
                         "position": follower.position(),
                         "tail": list(tail),
                         "found": found.__dict__ if found else None,
+                        "classifier": classifier.snapshot(),
                         "found_at": found_at,
                         "ready_line": ready_line,
                         "kv_seen": kv_seen,

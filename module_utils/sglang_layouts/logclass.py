@@ -18,11 +18,22 @@ carry a scope: `raised` rules only read exception lines, `logged` rules any line
 A raised exception inside a traceback that a live server announced as handled
 (`Exception in ASGI application`, ...) is demoted to generic.
 
-Rules are *definitive* (the line names the cause: the verdict can be given at
-once) or *generic* (something died, the cause may follow: wait for a
-definitive line or the process exit). Across several lines the row with the
-highest priority (lowest index) wins, so the traceback's `OutOfMemoryError`
-beats the `Scheduler hit an exception` that announced it.
+Rules are *definitive* (the line names the cause) or *generic* (something
+died, the cause may follow: wait for a definitive line or the process exit).
+Across several lines the row with the highest priority (lowest index) wins, so
+the traceback's `OutOfMemoryError` beats the `Scheduler hit an exception` that
+announced it.
+
+A traceback is read whole. Its header (`Scheduler hit an exception: Traceback
+(most recent call last):`) decides nothing: the classifier says the traceback
+is open (`traceback_open`) from the header through its frames, its exception
+line and that exception's message lines, across chained tracebacks (`The above
+exception was the direct cause ...`), until a new log record starts or the
+caller ends it (the process exited, or no line came for a quiet period). A
+caller holds its verdict while a traceback is open, so the class comes from the
+final exception and the lines logged before it, and the evidence is the line
+that says what happened: the exception that ended the traceback when no rule
+names a cause.
 
 A requested stop is not a failure: after the stop marker (the supervisor's
 STOP_MARKER, systemd's `Stopping <unit>`, SGLang's SIGTERM drain line) and with
@@ -48,6 +59,7 @@ CLASSES = (
     "cuda_oom",
     "kv_cache_no_memory",
     "jit_build_failed",
+    "gpu_unavailable",
     "nccl_timeout",
     "rank_died",
     "port_in_use",
@@ -89,6 +101,14 @@ _HANDLED = re.compile(
     r"|Error in request|Failed to process request|Exception when handling request"
 )
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\):\s*$")
+# Python's lines between the tracebacks of a chain.
+_CHAIN = re.compile(
+    r"^(?:The above exception was the direct cause of the following exception:"
+    r"|During handling of the above exception, another exception occurred:)\s*$"
+)
+# uvicorn's own records (`INFO:     Started server process`), systemd's lines about the unit.
+_UVICORN = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s")
+_SYSTEMD_UNIT = re.compile(r"^\S+\.service: ")
 
 # Proof that a stop was asked for: the supervisor's marker, systemd's stop job.
 _STOP_REQUESTS = re.compile(re.escape(STOP_MARKER) + r"|^Stopping \S+\.service")
@@ -104,6 +124,19 @@ def body_of(line: str) -> str:
     body = _VLLM_PROC.sub("", body, count=1)
     body = _VLLM_LEVEL.sub("", body, count=1)
     return _TORCH_PREFIX.sub("", body, count=1)
+
+
+def starts_record(line: str) -> bool:
+    """The line begins a new log record (a logger's prefix), so it is no continuation of the
+    multi-line message before it (a traceback's frames and exception message carry no prefix)."""
+    rest = _VLLM_PROC.sub("", line, count=1)
+    return bool(
+        _SGLANG_PREFIX.match(rest)
+        or _VLLM_LEVEL.match(rest)
+        or _TORCH_PREFIX.match(rest)
+        or _UVICORN.match(rest)
+        or _SYSTEMD_UNIT.match(rest)
+    )
 
 
 def is_raised(body: str) -> bool:
@@ -130,9 +163,21 @@ def _r(cls: str, pattern: str, definitive: bool, hint: str, scope: str, seen: st
 
 _JIT_HINT = (
     "a JIT kernel build failed (SGLang, flashinfer and tvm-ffi compile CUDA kernels with nvcc and ninja "
-    "on first use): check that nvcc 13 is on the service's PATH and CUDA_HOME points at it, that ninja is "
-    "installed, that flashinfer-python is complete (its flashinfer/data/ sources), and that the JIT caches "
-    "(~/.cache/flashinfer, TVM_FFI_CACHE_DIR) are writable by the service user"
+    "on first use): check that nvcc 13 and ninja are on the service's PATH (a FileNotFoundError names the "
+    "one it could not run; a venv's bin/ is not on a unit's PATH by itself) and CUDA_HOME points at the "
+    "CUDA toolkit, that flashinfer-python is complete (its flashinfer/data/ sources), and that the JIT "
+    "caches (~/.cache/flashinfer, TVM_FFI_CACHE_DIR) are writable by the service user"
+)
+
+# Executables a JIT build runs (ninja, the CUDA and host compilers, the linker, CUDA's back ends).
+_BUILD_TOOLS = (
+    r"ninja|nvcc|cicc|ptxas|fatbinary|nvlink|c\+\+|g\+\+|gcc|cc|clang\+\+|clang|ld|cmake|make|hipcc"
+)
+
+_GPU_HINT = (
+    "the layout asks for more GPUs than the host shows (a rank's GPU index is past the last visible "
+    "GPU): use a layout whose tp x pp (x dp) per node fits the host's GPUs, and check nvidia-smi -L, "
+    "CUDA_VISIBLE_DEVICES and --base-gpu-id"
 )
 
 # Ordered: priority = position. Definitive rows first within each cause.
@@ -167,15 +212,32 @@ RULES: tuple[Rule, ...] = (
         "vLLM 0.32.0 source and CPU run",
     ),
     # Before cuda_oom: a graph capture that failed on a JIT build also suggests lowering the memory fraction.
+    # A JIT build that failed, or could not start because a build tool is not on the service's
+    # PATH: subprocess's FileNotFoundError names the executable (`[Errno 2] No such file or
+    # directory: 'ninja'`), and the wrapper exceptions above it repeat that message.
     _r(
         "jit_build_failed",
         r"Ninja build failed|^ninja: error: |^nvcc fatal|nvcc: (?:command )?not found"
-        r"|Error building extension|No such file or directory: '\S*nvcc'"
-        r"|CalledProcessError: Command '\['ninja'",
+        r"|Error building extension|CalledProcessError: Command '\['ninja'"
+        r"|No such file or directory: '(?:\S*/)?(?:" + _BUILD_TOOLS + r")'"
+        r"|Ninja is required to load C\+\+ extensions|Failed to find C compiler",
         True,
         _JIT_HINT,
         "raised",
-        "SGLang 0.5.16 run (H200, flashinfer 0.6.14 without its data/)",
+        "SGLang 0.5.16 run (H200, flashinfer 0.6.14 without its data/); a flashinfer JIT without ninja "
+        "on PATH (constructed, issue #28); torch cpp_extension and triton source",
+    ),
+    # A rank's CUDA device index past the GPUs the process can see: torch.cuda.set_device fails
+    # (`CUDA error: invalid device ordinal`, cudaErrorInvalidDevice = 101).
+    _r(
+        "gpu_unavailable",
+        r"invalid device ordinal|cudaErrorInvalidDevice\b|CUDA_ERROR_INVALID_DEVICE"
+        r"|GPU device may be out of range",
+        True,
+        _GPU_HINT,
+        "logged",
+        "SGLang issue reports (#3470, #6455: RuntimeError / torch.AcceleratorError); tp 2 on a one-GPU "
+        "host (constructed, issue #28)",
     ),
     # vLLM: the GPU's free memory is below --gpu-memory-utilization x total before anything loads.
     _r(
@@ -347,34 +409,53 @@ class Match:
     definitive: bool
     hint: str
     priority: int
+    raised: bool = False  # the line is (part of) an exception as Python prints it
 
 
-def classify_line(line: str, handled: bool = False) -> Match | None:
+# The generic row a traceback's exception line falls back to when no rule names its cause.
+_GENERIC = next(i for i, rule in enumerate(RULES) if rule.pattern.search("Scheduler hit an exception"))
+_EXCEPTION_HINT = "the engine failed: the evidence is the exception that ended its traceback"
+
+
+def classify_line(line: str, handled: bool = False, raised: bool | None = None) -> Match | None:
     """The class of one log line, or None for a line that is not fatal.
 
     handled: the line belongs to a traceback a live server announced as handled (a raised
-    exception there is only generic)."""
+    exception there is only generic). raised: the line belongs to a raised exception's message
+    (default: the line itself looks like one)."""
     if not line:
         return None
     body = body_of(line.rstrip("\n"))
-    raised = is_raised(body)
+    if raised is None:
+        raised = is_raised(body)
     for i, rule in enumerate(RULES):
         if rule.scope == "raised" and not raised:
             continue
         if rule.pattern.search(body):
             return Match(
-                rule.cls, line.rstrip("\n"), rule.definitive and not (handled and raised), rule.hint, i
+                rule.cls,
+                line.rstrip("\n"),
+                rule.definitive and not (handled and raised),
+                rule.hint,
+                i,
+                raised,
             )
     return None
 
 
 def best(a: Match | None, b: Match | None) -> Match | None:
-    """The more specific of two matches (earlier rule wins; ties keep the first line)."""
+    """The more specific of two matches: the earlier rule wins. Within one rule a raised exception
+    beats the line that announced it, the final exception of a chain beats the earlier generic
+    ones, and otherwise the first line stays."""
     if a is None:
         return b
     if b is None:
         return a
-    return b if b.priority < a.priority else a
+    if b.priority != a.priority:
+        return b if b.priority < a.priority else a
+    if b.raised and (not a.raised or not b.definitive):
+        return b
+    return a
 
 
 def is_stop_request(line: str) -> bool:
@@ -382,9 +463,21 @@ def is_stop_request(line: str) -> bool:
     return bool(_STOP_REQUESTS.search(body_of(line)))
 
 
+def _continues_traceback(body: str) -> bool:
+    """A traceback line that a per-line prefix (vLLM's, Ray's) does not end: a frame, a chain marker,
+    a new header, a blank line."""
+    return not body.strip() or body[:1].isspace() or bool(_CHAIN.match(body) or _TRACEBACK.search(body))
+
+
 class LogClassifier:
-    """Reads an engine's log line by line, keeping what a single line cannot know: whether it is
-    inside a traceback a live server handled, and whether a stop was requested.
+    """Reads an engine's log line by line, keeping what a single line cannot know: whether a
+    traceback is open (and then whether a live server announced it as handled), and whether a stop
+    was requested.
+
+    A traceback opens at its header and stays open through its frames, its exception line, that
+    exception's message and any chained traceback; a line that starts a new log record ends it, or
+    the caller does (end_traceback: the process exited, or no line came for a quiet period). While
+    it is open the verdict waits: `traceback_open`.
 
     stop_requested: the caller asked for a stop: from the engine's first stop line on (SGLang's
     SIGTERM drain), nothing classifies. The supervisor's and systemd's stop lines prove the request
@@ -395,6 +488,36 @@ class LogClassifier:
         self.stopping = False
         self.found: Match | None = None
         self._handled = False
+        # None | "frames" (header seen) | "message" (its exception line seen) | "chain" (between two)
+        self._tb: str | None = None
+        self.exception_line: str | None = None  # the newest traceback's exception line (for timing)
+
+    @property
+    def traceback_open(self) -> bool:
+        return self._tb is not None
+
+    def snapshot(self) -> dict:
+        """What a later reader needs to go on where this one stopped (plain, JSON-able values)."""
+        return {
+            "found": self.found.__dict__ if self.found else None,
+            "traceback": self._tb,
+            "handled": self._handled,
+            "exception_line": self.exception_line,
+            "stopping": self.stopping,
+        }
+
+    def restore(self, snap: dict) -> None:
+        """Go on from a snapshot (a traceback open across two slices of the gate stays open)."""
+        self.found = Match(**snap["found"]) if snap.get("found") else None
+        self._tb = snap.get("traceback")
+        self._handled = bool(snap.get("handled"))
+        self.exception_line = snap.get("exception_line")
+        self.stopping = bool(snap.get("stopping"))
+
+    def end_traceback(self) -> None:
+        """No more of the open traceback will come (the process exited, or the log went quiet)."""
+        self._tb = None
+        self._handled = False
 
     def feed(self, line: str) -> Match | None:
         """The line's match (None: not fatal), folding it into `found`."""
@@ -404,14 +527,39 @@ class LogClassifier:
         if _STOP_REQUESTS.search(body) or (self.stop_requested and _STOP_LINES.search(body)):
             self.stopping = True
             return None
+        if self._tb == "message" and starts_record(line) and not _continues_traceback(body):
+            self.end_traceback()  # the next record: the exception's message is complete
         if _HANDLED.search(body):
             self._handled = True
             return None
-        m = classify_line(line, handled=self._handled)
-        if is_raised(body) and not _TRACEBACK.search(body):
-            self._handled = False  # the traceback ended
+        if _TRACEBACK.search(body):
+            if self._tb == "message":  # a new traceback, not a chained one
+                self.end_traceback()
+            m = classify_line(line, handled=self._handled)
+            self._tb = "frames"
+        elif self._tb in ("frames", "chain") and self._is_exception_line(line, body):
+            m = classify_line(line, handled=self._handled)
+            # The exception says what happened even when no rule names its cause.
+            m = best(m, Match("crashed", line, False, _EXCEPTION_HINT, _GENERIC, is_raised(body)))
+            self._tb = "message"
+            self.exception_line = line
+        elif self._tb == "message" and _CHAIN.match(body):
+            m = None
+            self._tb = "chain"
+        elif self._tb == "message":
+            # A line of the exception's message (`ninja: error: ...`, torch's CUDA notes): raised too.
+            m = classify_line(line, handled=self._handled, raised=True)
+        else:
+            m = classify_line(line, handled=self._handled)
         self.found = best(self.found, m)
         return m
+
+    @staticmethod
+    def _is_exception_line(line: str, body: str) -> bool:
+        """The line that ends a traceback's frames: at column 0, and no other process's log record."""
+        if not body.strip() or body[:1].isspace():
+            return False
+        return is_raised(body) or not starts_record(line)
 
 
 def classify(lines, stop_requested: bool = False) -> Match | None:

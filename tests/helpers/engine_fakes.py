@@ -147,6 +147,23 @@ class Alive:
         threading.Thread(target=die, daemon=True).start()
 
 
+def append_then_die(path, lines, delay, state: Alive, code):
+    """After `delay` seconds, from another thread: append `lines` to the log, then end the process
+    with `code`, in that order (as an engine logs its traceback, then exits)."""
+
+    def run():
+        time.sleep(delay)
+        with open(path, "a") as f:
+            for line in lines:
+                f.write(line + "\n")
+                f.flush()
+        state.code, state.alive = code, False
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
 def append_later(path, lines, delay):
     """Append `lines` to the log at `path` after `delay` seconds, from another thread."""
 

@@ -110,8 +110,14 @@ class _Handler(JsonHandler):
 class Replay:
     """Writes the log, serves the API and tells the process state, on the log's clock."""
 
-    def __init__(self, path: Path, log_file: Path, max_gap: float | None = None):
+    def __init__(
+        self, path: Path, log_file: Path, max_gap: float | None = None, hold_after_ready: bool = False
+    ):
+        """hold_after_ready: after the ready line, write nothing more until close(): the lines after
+        it (a stop's cascade) cannot reach a gate that is still confirming the ready server, so its
+        verdict does not depend on how fast this machine runs the two threads."""
         self.parsed = parse(path)
+        self.hold_after_ready = hold_after_ready
         self.events = shorten(self.parsed.events, max_gap)
         self.log_file = log_file
         self.port = free_port()
@@ -153,6 +159,9 @@ class Replay:
                     self._serve()
                 if logclass.READY_LINE in ev.line:
                     self.ready = True
+                    if self.hold_after_ready:
+                        self._stop.wait()
+                        return
 
     def state(self) -> health.ProcState:
         if self.exited is None:
@@ -173,10 +182,70 @@ class Replay:
                     return i, ev.line
         return None
 
+    def final_exception(self) -> tuple[int, str] | None:
+        """Index and line of the last traceback exception line before the exit: the final
+        exception of the failure (the classifier's reading, so chained tracebacks count once)."""
+        c = logclass.LogClassifier()
+        out = None
+        for i, ev in enumerate(self.events):
+            if ev.line is None:
+                break
+            before = c.exception_line
+            c.feed(ev.line)
+            if c.exception_line is not before:
+                out = (i, ev.line)
+        return out
+
     def close(self):
         self._stop.set()
         if self.server is not None:
             self.server.close()
+
+
+class ScriptedFollower:
+    """A log follower that hands out fixed chunks of lines, one chunk per read(): what the gate
+    reads depends on how often it reads, never on how fast this machine is. hold: (chunk index,
+    seconds): before that chunk, read() returns nothing for that long (a log reader lagging
+    behind the process, as journald does after a SIGKILL)."""
+
+    def __init__(self, chunks: list[list[str]], hold: tuple[int, float] | None = None):
+        self.chunks = [list(c) for c in chunks]
+        self.next = 0
+        self.hold = hold
+        self._held_since: float | None = None
+        self.lines_read = 0
+
+    def read(self) -> list[str]:
+        if self.next >= len(self.chunks):
+            return []
+        if self.hold and self.next == self.hold[0]:
+            if self._held_since is None:
+                self._held_since = time.monotonic()
+            if time.monotonic() - self._held_since < self.hold[1]:
+                return []
+        chunk = self.chunks[self.next]
+        self.next += 1
+        self.lines_read += len(chunk)
+        return chunk
+
+    @property
+    def done(self) -> bool:
+        return self.next >= len(self.chunks)
+
+    def final(self):
+        return None
+
+    def history(self):
+        return None
+
+    def position(self) -> dict:
+        return {"chunk": self.next}
+
+    def seek(self, position: dict):
+        self.next = int(position.get("chunk", self.next))
+
+    def close(self):
+        pass
 
 
 def gate(replay: Replay, **kw) -> tuple[dict | None, health.HealthFailure | None, float]:

@@ -188,18 +188,38 @@ def test_slow_start_keeps_the_port_closed():
 
 
 @pytest.mark.parametrize(
-    ("args", "needle"),
+    ("args", "needle", "cls"),
     [
-        (["--tp-size", "16"], "torch.AcceleratorError: CUDA error: invalid device ordinal"),
-        (["--tp-size", "6"], "AssertionError: 64 attention heads do not split 6 ways"),
+        (
+            ["--tp-size", "16"],
+            "torch.AcceleratorError: CUDA error: invalid device ordinal",
+            "gpu_unavailable",
+        ),
+        (["--tp-size", "6"], "AssertionError: 64 attention heads do not split 6 ways", "crashed"),
     ],
 )
-def test_invalid_layouts_die_in_a_scheduler(args, needle):
+def test_invalid_layouts_die_in_a_scheduler(args, needle, cls):
     with SimProcess(args) as s:
         rc = s.wait_exit()
     assert rc == -9
     assert "Scheduler hit an exception: Traceback" in s.text and needle in s.text
     assert "Uvicorn running" not in s.text
+    m = logclass.classify(s.text.splitlines())
+    assert m.cls == cls and m.line.startswith(needle)  # the exception says what happened, not the header
+
+
+def test_a_jit_build_tool_missing_at_graph_capture():
+    env = {"SGLANG_SIM_FAULT": "jit_missing:ninja", "SGLANG_SIM_LOAD_SECONDS": "0.2"}
+    with SimProcess(["--tp-size", "8"], env=env) as s:
+        rc = s.wait_exit()
+    assert rc == -9
+    lines = s.text.splitlines()
+    cause = "FileNotFoundError: [Errno 2] No such file or directory: 'ninja'"
+    final = "Exception: Capture cuda graph failed: [Errno 2] No such file or directory: 'ninja'"
+    assert lines.index(cause) < lines.index(final)
+    assert "Uvicorn running" not in s.text
+    m = logclass.classify(lines)
+    assert m.cls == "jit_build_failed" and m.line == cause
 
 
 def test_invalid_server_args_fail_in_the_main_process():

@@ -3,14 +3,21 @@
 Each log is replayed with its own line timing (pauses over 50 ms shortened) into a log file
 that the gate follows, beside an HTTP server that answers as the logged server did: a healthy
 start is ready with no failure, each failure gets its class, and a requested stop is no failure.
+Two of the failure logs are constructed from the real ones' format until their real capture
+replaces them (the fixtures' README says which).
+
+Where a verdict could depend on timing, the input is ordered instead: a healthy replay holds the
+lines after its ready line until the gate answered, and the traceback tests hand the gate fixed
+chunks of lines per read (ScriptedFollower).
 """
 
 from pathlib import Path
 
 import pytest
-from sglang_layouts import health, logclass
+from sglang_layouts import health, health_gate, logclass
 
-from tests.helpers.log_replay import Replay, gate
+from tests.helpers.log_replay import Replay, ScriptedFollower, gate, parse
+from tests.helpers.net import free_port
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-0.5.16"
 HEALTHY = {
@@ -25,6 +32,16 @@ FAILED = {
         "ValueError: Loaded weights leave no GPU memory for the KV cache",
     ),
     "fail-flashinfer-jit-no-data.kimi-k2.6-cut8.log": ("jit_build_failed", ""),
+    # constructed (README): ninja not on the unit's PATH at flashinfer's first JIT build
+    "fail-jit-no-ninja.qwen3-30b-a3b.log": (
+        "jit_build_failed",
+        "FileNotFoundError: [Errno 2] No such file or directory: 'ninja'",
+    ),
+    # constructed (README): tp 2 on a one-GPU host, TP1's torch.cuda.set_device(1)
+    "fail-gpu-unavailable-tp2.qwen3-30b-a3b.log": (
+        "gpu_unavailable",
+        "torch.AcceleratorError: CUDA error: invalid device ordinal",
+    ),
 }
 GATE = {"poll": 0.05, "timeout": 60, "grace": 30}
 
@@ -35,7 +52,8 @@ def _lines(name):
 
 @pytest.mark.parametrize(("name", "kv"), sorted(HEALTHY.items()))
 def test_a_healthy_start_is_ready_with_no_failure(tmp_path, name, kv):
-    replay = Replay(FIXTURES / name, tmp_path / "engine.log", max_gap=0.05).start()
+    # The replay holds the lines after the ready line (the stop's cascade) until the gate answered.
+    replay = Replay(FIXTURES / name, tmp_path / "engine.log", max_gap=0.05, hold_after_ready=True).start()
     try:
         facts, failure, _ = gate(replay, **GATE)
     finally:
@@ -77,6 +95,69 @@ def test_each_failure_gets_its_class(tmp_path, name, expected):
     assert cls in logclass.CLASSES
     # the gate says how long it waited for its verdict (the replayed log is compressed to seconds)
     assert 0 < failure.evidence["waited_s"] < GATE.get("timeout", 60)
+
+
+def _engine_lines(name):
+    """The engine's own lines of a fixture (without the capture's notes), in order."""
+    return [ev.line for ev in parse(FIXTURES / name).events if ev.line is not None]
+
+
+def _dead():
+    return health.ProcState(alive=False, signal="KILL", exit_status="killed by signal 9 (KILL)")
+
+
+def _alive():
+    return health.ProcState(alive=True)
+
+
+@pytest.mark.parametrize(("name", "expected"), sorted(FAILED.items()))
+def test_an_exit_seen_before_the_traceback_is_read_waits_for_its_final_exception(monkeypatch, name, expected):
+    # The engine is already dead when the gate starts, and the log reader lags: the lines up to
+    # the traceback's header come at once, the rest a second later (journald after a SIGKILL).
+    # The quiet bound is raised far above that second, so the verdict cannot depend on how fast
+    # this machine runs: only reading the whole traceback gives the class and the evidence.
+    monkeypatch.setattr(health_gate, "TRACEBACK_QUIET_S", 30.0)
+    cls, line_start = expected
+    lines = _engine_lines(name)
+    header = next(i for i, ln in enumerate(lines) if "Scheduler hit an exception" in ln)
+    rest = lines[header + 1 :]
+    chunks = [lines[: header + 1]] + [rest[i : i + 8] for i in range(0, len(rest), 8)]
+    follower = ScriptedFollower(chunks, hold=(1, 1.0))
+    with pytest.raises(health.HealthFailure) as exc:
+        health.wait_ready(f"http://127.0.0.1:{free_port()}", follower, _dead, poll=0.05, timeout=120)
+    failure = exc.value
+    assert follower.done
+    assert failure.failure_class == cls, failure.as_dict()
+    assert failure.evidence["line"].startswith(line_start)
+    assert "Traceback (most recent call last)" not in failure.evidence["line"]
+    # the tail ends where the log ends, not inside the traceback
+    assert failure.evidence["log_tail"][-1] == lines[-1]
+
+
+def test_a_definitive_line_inside_a_traceback_waits_for_the_final_exception(monkeypatch):
+    # The process lives; the first exception of the chain (FileNotFoundError: 'ninja') is
+    # definitive, but the verdict waits until the traceback ended: the next log record.
+    monkeypatch.setattr(health_gate, "TRACEBACK_QUIET_S", 30.0)
+    lines = _engine_lines("fail-jit-no-ninja.qwen3-30b-a3b.log")
+    follower = ScriptedFollower([lines[i : i + 4] for i in range(0, len(lines), 4)])
+    with pytest.raises(health.HealthFailure) as exc:
+        health.wait_ready(f"http://127.0.0.1:{free_port()}", follower, _alive, poll=0.05, timeout=120)
+    ev = exc.value.evidence
+    assert exc.value.failure_class == "jit_build_failed"
+    assert ev["line"] == "FileNotFoundError: [Errno 2] No such file or directory: 'ninja'"
+    final = next(
+        i for i, ln in enumerate(ev["log_tail"]) if ln.startswith("Exception: Capture cuda graph failed")
+    )
+    assert any("Received sigquit from a child process" in ln for ln in ev["log_tail"][final:])
+    for what in ("ninja", "PATH"):
+        assert what in exc.value.hint
+
+
+def test_a_gpu_index_past_the_host_says_the_layout_asks_for_too_many_gpus():
+    m = logclass.classify(_lines("fail-gpu-unavailable-tp2.qwen3-30b-a3b.log"))
+    assert m.cls == "gpu_unavailable" and m.definitive
+    assert "more GPUs than the host shows" in m.hint
+    assert m.line == "torch.AcceleratorError: CUDA error: invalid device ordinal"
 
 
 def test_a_jit_build_failure_says_what_to_check():
@@ -137,7 +218,7 @@ def test_check_alive_after_a_requested_stop_is_healthy(tmp_path):
     [("qwen3-30b-a3b.log", None), ("fail-oom-at-load.kimi-k2.6-cut18.log", "cuda_oom")],
 )
 def test_the_gate_in_slices_reaches_the_same_verdict_and_reports_progress(tmp_path, name, cls):
-    replay = Replay(FIXTURES / name, tmp_path / "engine.log", max_gap=0.1).start()
+    replay = Replay(FIXTURES / name, tmp_path / "engine.log", max_gap=0.1, hold_after_ready=True).start()
     pending, resume = [], None
     try:
         while True:

@@ -14,6 +14,7 @@ from tests.helpers.engine_fakes import (
     Alive,
     FakeSGLang,
     append_later,
+    append_then_die,
     bring_up_later,
     wait_from_end,
     wait_on_closed_port,
@@ -166,23 +167,24 @@ SCHED_EXC = "[TP0] Scheduler hit an exception: Traceback (most recent call last)
 
 
 @pytest.mark.parametrize(
-    ("line", "line_at", "code", "exit_at", "fatal_line"),
+    ("line", "code", "fatal_line"),
     [
         # no fatal line at all: the exit alone is the verdict, with its status
-        pytest.param("[TP0] Load weight begin. avail mem=94.47 GB", 0.1, 1, 0.3, None, id="exit-alone"),
+        pytest.param("[TP0] Load weight begin. avail mem=94.47 GB", 1, None, id="exit-alone"),
         # a generic line waits out its grace, unless the process exits first: then at once
-        pytest.param(SCHED_EXC, 0.2, None, 0.4, SCHED_EXC, id="generic-line-then-exit"),
+        pytest.param(SCHED_EXC, None, SCHED_EXC, id="generic-line-then-exit"),
     ],
 )
-def test_a_process_exit_decides_at_once(log, line, line_at, code, exit_at, fatal_line):
+def test_a_process_exit_decides_at_once(log, line, code, fatal_line):
+    # The line is written before the exit, in one thread: the verdict cannot depend on which of two
+    # timers this machine runs first. The ceiling is far below the 30 s grace: only a hang misses it.
     state = Alive()
-    append_later(log, [line], line_at)
-    state.die_later(exit_at, code)
+    append_then_die(log, [line], 0.2, state, code)
     t0 = time.monotonic()
     with pytest.raises(health.HealthFailure) as ei:
-        wait_on_closed_port(log, state, timeout=30)
+        wait_on_closed_port(log, state, timeout=60)
     assert ei.value.failure_class == "crashed"
     if code is not None:
         assert ei.value.evidence["exit_status"] == f"exited with status {code}"
     assert ei.value.evidence["line"] == fatal_line
-    assert time.monotonic() - t0 < 2.5
+    assert time.monotonic() - t0 < 10

@@ -77,6 +77,30 @@ FATAL = [
         "No such file or directory",
         "import_error",
     ),
+    # jit_build_failed: a build tool the JIT runs is not on PATH (subprocess names it), or the build failed
+    ("FileNotFoundError: [Errno 2] No such file or directory: 'ninja'", "jit_build_failed"),
+    (
+        "FileNotFoundError: [Errno 2] No such file or directory: '/usr/local/cuda/bin/nvcc'",
+        "jit_build_failed",
+    ),
+    ("FileNotFoundError: [Errno 2] No such file or directory: 'c++'", "jit_build_failed"),
+    (
+        "Exception: Capture cuda graph failed: [Errno 2] No such file or directory: 'ninja'",
+        "jit_build_failed",
+    ),
+    ("RuntimeError: Ninja is required to load C++ extensions", "jit_build_failed"),
+    (
+        "RuntimeError: Failed to find C compiler. Please specify via CC environment variable.",
+        "jit_build_failed",
+    ),
+    # gpu_unavailable: a rank's device index past the visible GPUs (torch >= 2.8 and older, the C++ check)
+    ("torch.AcceleratorError: CUDA error: invalid device ordinal", "gpu_unavailable"),
+    ("RuntimeError: CUDA error: invalid device ordinal", "gpu_unavailable"),
+    (
+        "THCudaCheck FAIL file=/opt/conda/conda-bld/pytorch/work/torch/csrc/cuda/Module.cpp line=59 error=101 : "
+        "invalid device ordinal",
+        "gpu_unavailable",
+    ),
     # crashed: definitive causes outside the named classes, and the generic lines
     ("RuntimeError: CUDART error: peer access is not supported between these two devices", "crashed"),
     (
@@ -120,6 +144,8 @@ BENIGN = [
     + "Prefill batch, #new-seq: 1, #new-token: 1024, #cached-token: 0, token usage: 0.01, #running-req: 0, "
     "#queue-req: 0",
     "",
+    # a missing file that is no build tool: not a JIT failure (and outside a traceback, nothing)
+    "FileNotFoundError: [Errno 2] No such file or directory: '/models/kimi/config.json'",
 ]
 
 
@@ -185,3 +211,149 @@ def test_exit_without_a_fatal_line(code, sig, cls):
 
 def test_ready_line():
     assert logclass.is_ready_line("[2026-11-29 10:00:00] The server is fired up and ready to roll!")
+
+
+# A scheduler's traceback as SGLang 0.5.16 logs it: one record, its first line stamped.
+TB = [
+    PREFIX + "Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/tmp/site/flashinfer/jit/cpp_ext.py", line 368, in run_ninja',
+    "    subprocess.run(",
+    '  File "/usr/lib/python3.12/subprocess.py", line 1955, in _execute_child',
+    "    raise child_exception_type(errno_num, err_msg, err_filename)",
+    "FileNotFoundError: [Errno 2] No such file or directory: 'ninja'",
+    "",
+    "During handling of the above exception, another exception occurred:",
+    "",
+    "Traceback (most recent call last):",
+    '  File "/tmp/site/sglang/srt/managers/scheduler.py", line 4623, in run_scheduler_process',
+    "    scheduler = Scheduler(",
+    "Exception: Capture cuda graph failed: [Errno 2] No such file or directory: 'ninja'",
+    "Possible solutions:",
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
+    "",
+]
+SIGQUIT = "[2026-11-29 10:00:00] Received sigquit from a child process. It usually means the child failed."
+
+
+def _open_after(lines):
+    c = logclass.LogClassifier()
+    for line in lines:
+        c.feed(line)
+    return c
+
+
+def test_a_traceback_is_open_from_its_header_through_its_chain_until_the_next_record():
+    c = logclass.LogClassifier()
+    c.feed(TB[0])
+    # the header decides nothing: generic, and the traceback is open
+    assert c.traceback_open and not c.found.definitive
+    for line in TB[1:]:
+        c.feed(line)
+        assert c.traceback_open, line
+    assert c.found.cls == "jit_build_failed"
+    assert c.found.line == "FileNotFoundError: [Errno 2] No such file or directory: 'ninja'"
+    assert c.exception_line.startswith("Exception: Capture cuda graph failed")
+    c.feed(SIGQUIT)
+    assert not c.traceback_open
+    assert c.found.cls == "jit_build_failed"
+
+
+def test_an_exception_no_rule_knows_is_the_evidence_not_the_header():
+    c = _open_after(
+        [
+            PREFIX + "Scheduler hit an exception: Traceback (most recent call last):",
+            '  File "/tmp/site/sglang/srt/managers/scheduler.py", line 4623, in run_scheduler_process',
+            "KeyError: 'model.layers.0.mlp.gate_proj.weight'",
+            "",
+            SIGQUIT,
+        ]
+    )
+    assert c.found.cls == "crashed" and not c.found.definitive
+    assert c.found.line == "KeyError: 'model.layers.0.mlp.gate_proj.weight'"
+    assert not c.traceback_open
+
+
+def test_the_final_exception_of_a_generic_chain_is_the_evidence():
+    c = _open_after(
+        [
+            "Traceback (most recent call last):",
+            '  File "a.py", line 1, in f',
+            "KeyError: 'x'",
+            "",
+            "The above exception was the direct cause of the following exception:",
+            "",
+            "Traceback (most recent call last):",
+            '  File "b.py", line 2, in g',
+            "ValueError: the checkpoint has no tensor 'x'",
+        ]
+    )
+    assert c.found.line == "ValueError: the checkpoint has no tensor 'x'"
+    assert c.traceback_open  # nothing says it ended yet: the caller ends it (exit, quiet period)
+    c.end_traceback()
+    assert not c.traceback_open
+
+
+def test_another_ranks_record_inside_the_frames_does_not_end_the_traceback():
+    c = _open_after(
+        [
+            "[2026-11-29 10:00:00 TP1] Scheduler hit an exception: Traceback (most recent call last):",
+            '  File "/tmp/site/torch/cuda/__init__.py", line 578, in set_device',
+            "[2026-11-29 10:00:00 TP0] Init torch distributed begin.",
+            "    torch._C._cuda_setDevice(device)",
+        ]
+    )
+    assert c.traceback_open and not c.found.definitive
+    c.feed("torch.AcceleratorError: CUDA error: invalid device ordinal")
+    c.feed("GPU device may be out of range, do you have enough GPUs?")
+    assert c.found.cls == "gpu_unavailable"
+    assert c.found.line == "torch.AcceleratorError: CUDA error: invalid device ordinal"
+
+
+def test_a_traceback_with_a_prefix_on_every_line_ends_at_the_next_record():
+    # vLLM (and Ray) prefix every line of a multi-line record.
+    p = "(EngineCore_DP0 pid=5738) ERROR 11-29 15:43:15 [core.py:1510] "
+    c = _open_after(
+        [
+            p + "EngineCore failed to start.",
+            p + "Traceback (most recent call last):",
+            p
+            + '  File "/venv/lib/python3.12/site-packages/vllm/v1/engine/core.py", line 1501, in run_engine_core',
+            p + "    engine_core = EngineCoreProc(*args, **kwargs)",
+            p + "torch.AcceleratorError: CUDA error: invalid device ordinal",
+        ]
+    )
+    assert c.traceback_open and c.found.cls == "gpu_unavailable"
+    c.feed("(APIServer pid=5600) ERROR 11-29 15:43:16 [serve.py:80] Engine core initialization failed.")
+    assert not c.traceback_open
+    assert c.found.cls == "gpu_unavailable"
+
+
+def test_a_handled_traceback_stays_generic_through_its_chain():
+    c = _open_after(
+        [
+            "[2026-11-29 10:00:00] ERROR:    Exception in ASGI application",
+            "Traceback (most recent call last):",
+            '  File "a.py", line 1, in f',
+            "FileNotFoundError: [Errno 2] No such file or directory: 'ninja'",
+            "",
+            "During handling of the above exception, another exception occurred:",
+            "",
+            "Traceback (most recent call last):",
+            '  File "b.py", line 2, in g',
+            "RuntimeError: CUDA error: invalid device ordinal",
+        ]
+    )
+    assert not c.found.definitive
+
+
+def test_a_snapshot_taken_inside_a_traceback_goes_on_where_it_stopped():
+    # The gate runs in slices; one may end in the middle of a traceback.
+    first = _open_after(TB[:4])
+    second = logclass.LogClassifier()
+    second.restore(first.snapshot())
+    assert second.traceback_open
+    for line in [*TB[4:], SIGQUIT]:
+        second.feed(line)
+    whole = _open_after([*TB, SIGQUIT])
+    assert second.found == whole.found and second.exception_line == whole.exception_line
+    assert not second.traceback_open
