@@ -3,7 +3,7 @@
 # own `make gpu-sweep` in its own session, polled; then one layout with an API key; results packed.
 # The wheels travel in .whl/p1, .whl/p2 (SGLang 0.5.16's closure, split under the 64 MiB a copy may
 # hold) and .whl/ans (ansible-core); the host variables are GPU_VARS and KEYED_VARS.
-# usage: benchmarks/gpu_lease.sh probe | start | poll [seconds] | keyed | pack
+# usage: benchmarks/gpu_lease.sh probe | start | poll [seconds] | keyed | capture | pack
 set -u
 cd "$(dirname "$0")/.."
 ANS=/opt/ans-site
@@ -53,8 +53,25 @@ keyed)
   sort /tmp/keyed-probe.log | awk '{print $2, $3, $4}' | uniq -c
   grep -rl 'sk-h200-lease-canary' /var/lib/sglang /etc /root/.ansible results build /tmp/keyed.log 2>/dev/null | sed 's/^/key found in: /'
   ;;
+capture)
+  # SGLang's own log of a JIT build that cannot run its build tool (issue 28: ninja only in the base
+  # env's bin/, not on the unit's PATH), for tests/fixtures: the venv the sweep built, run as the
+  # service user with the caches emptied (every JIT kernel is built anew) and a PATH without ninja.
+  # It is expected to fail; the log is what is kept.
+  M=/var/lib/sglang-models/${CAPTURE_MODEL:-qwen3-30b-a3b}
+  C=/tmp/capture && rm -rf $C && mkdir -p $C && chown sglang $C 2>/dev/null
+  command -v ninja >/dev/null && echo "note: ninja at $(command -v ninja) is not on the capture's PATH"
+  runuser -u sglang -- env -i HOME=$C HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 \
+    PATH=/usr/local/cuda/bin:/usr/bin:/bin CUDA_HOME=/usr/local/cuda FLASHINFER_WORKSPACE_BASE=$C/fi \
+    TVM_FFI_CACHE_DIR=$C/tvm-ffi TRITON_CACHE_DIR=$C/triton SGLANG_CACHE_DIR=$C/sglang \
+    timeout "${CAPTURE_S:-240}" /opt/sglang/venv/bin/python -m sglang.launch_server --model-path "$M" \
+    --load-format dummy --host 127.0.0.1 --port 30990 --grammar-backend none --attention-backend triton \
+    > /tmp/capture-no-ninja.log 2>&1
+  echo "capture rc=$? ($(wc -l < /tmp/capture-no-ninja.log) lines)"
+  grep -nE "No such file|FileNotFoundError|Traceback|hit an exception|sigquit|ready to roll" /tmp/capture-no-ninja.log | head -20
+  ;;
 pack)
-  mkdir -p $OUT; cp /tmp/gpu-sweep.log /tmp/keyed.log /tmp/keyed-probe.log $OUT/ 2>/dev/null
+  mkdir -p $OUT; cp /tmp/gpu-sweep.log /tmp/capture-no-ninja.log /tmp/keyed.log /tmp/keyed-probe.log $OUT/ 2>/dev/null
   tar czf $OUT/results.tgz results build/plan /var/lib/sglang/run/*.log 2>/dev/null; ls -la $OUT
   ;;
 esac
