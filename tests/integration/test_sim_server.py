@@ -67,23 +67,22 @@ def sim(tmp_path_factory):
         yield s
 
 
-def test_startup_port_closed_while_loading_then_503_then_200():
-    env = {
-        "SGLANG_SIM_LOAD_SECONDS": "1.0",
-        "SGLANG_SIM_WARMUP_SECONDS": "1.5",
-        "SGLANG_SIM_HEALTH_POLL_SECONDS": "0.05",
-    }
+def test_startup_port_closed_while_loading_then_503_then_200(tmp_path):
+    # each phase is held (SGLANG_SIM_HOLD_DIR) until the test has looked at it: no race with its seconds
+    env = {"SGLANG_SIM_HEALTH_POLL_SECONDS": "0.05", "SGLANG_SIM_HOLD_DIR": str(tmp_path)}
     with SimProcess(["--tp-size", "8"], env=env) as s:
         s.wait_for_line("Load weight begin")
         with (
             pytest.raises(ConnectionRefusedError),
-            socket.create_connection(("127.0.0.1", s.port), timeout=1),
+            socket.create_connection(("127.0.0.1", s.port), timeout=60),
         ):
             pass
+        (tmp_path / "load").touch()
         s.wait_for_line("Uvicorn running on")
         assert get(s.url("/health"))[0] == 503
         assert get(s.url("/health_generate"))[0] == 503
         assert get(s.url("/model_info"))[0] == 200  # answers before warm-up, as SGLang does
+        (tmp_path / "warmup").touch()
         s.wait_ready()
         assert get(s.url("/health"))[0] == 200
         text = s.text
