@@ -211,3 +211,29 @@ def test_invalid_server_args_fail_in_the_main_process():
         rc = s.wait_exit()
     assert rc == 1
     assert s.text.rstrip().splitlines()[-1].startswith("AssertionError: dp-attention needs tp % dp == 0")
+
+
+def test_killed_at_in_flight_dies_as_the_nth_concurrent_request_arrives():
+    """Fault killed_at_in_flight:3: two streams run (each far from done), the third request's
+    arrival is the SIGKILL, with no line of its own."""
+    env = {"SGLANG_SIM_DECODE_STEP_MS": "50", "SGLANG_SIM_FAULT": "killed_at_in_flight:3"}
+    body = json.dumps(
+        {"input_ids": [1, 2], "stream": True, "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True}}
+    ).encode()
+    with SimProcess(["--tp-size", "8"], env=env) as s:
+        s.wait_ready()
+        # two streams that each have 100 s of tokens left once their first one is read
+        streams = [urllib.request.urlopen(urllib.request.Request(s.url("/generate"), data=body), timeout=120)]
+        streams.append(
+            urllib.request.urlopen(urllib.request.Request(s.url("/generate"), data=body), timeout=120)
+        )
+        for r in streams:
+            assert r.readline().startswith(b"data: ")
+        assert s.proc.poll() is None  # two at once: alive
+        with pytest.raises(OSError):
+            generate(s.url("/generate"))
+        rc = s.wait_exit()
+        for r in streams:
+            r.close()
+    assert rc == -9
+    assert "Scheduler hit an exception" not in s.text and "SIGQUIT" not in s.text
