@@ -389,6 +389,8 @@ class Scheduler:
     def submit(self, req: Req) -> None:
         self.waiting.append(req)
         self.wake.set()
+        if req.kind != "health":
+            self.sim.check_in_flight()
 
     def kv_in_use(self) -> int:
         return sum(r.prompt_tokens + r.done for r in self.running)

@@ -17,6 +17,9 @@ from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = PACKAGE_ROOT / "models" / "kimi-k2.6"
+# Every wait below returns on its event (a log line, an open port, the exit); this ceiling only
+# catches a hang, so a slow or busy host never decides a verdict.
+HANG_S = 120.0
 
 
 def free_port() -> int:
@@ -115,7 +118,7 @@ class SimProcess:
         with self._cond:
             return "\n".join(line for _, line in self.lines)
 
-    def wait_for_line(self, needle: str, timeout: float = 15.0) -> tuple[float, str]:
+    def wait_for_line(self, needle: str, timeout: float = HANG_S) -> tuple[float, str]:
         """(monotonic time it was read, line) of the first line containing needle."""
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -135,15 +138,29 @@ class SimProcess:
     def text_unlocked(self) -> str:
         return "\n".join(line for _, line in self.lines)
 
-    def wait_ready(self, timeout: float = 20.0) -> None:
+    def wait_ready(self, timeout: float = HANG_S) -> None:
         self.wait_for_line("The server is fired up and ready to roll!", timeout)
 
-    def wait_exit(self, timeout: float = 20.0) -> int:
+    def wait_exit(self, timeout: float = HANG_S) -> int:
         assert self.proc is not None
         rc = self.proc.wait(timeout=timeout)
         if self._reader is not None:
             self._reader.join(timeout=5)
         return rc
+
+    def wait_listening(self, port: int | None = None, timeout: float = HANG_S) -> None:
+        """Until a TCP port of 127.0.0.1 (default: the API port) accepts connections; TimeoutError
+        if the process exits first."""
+        port = self.port if port is None else port
+        deadline = time.monotonic() + timeout
+        while True:
+            with socket.socket() as s:
+                s.settimeout(1.0)
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return
+            if time.monotonic() > deadline or (self.proc is not None and self.proc.poll() is not None):
+                raise TimeoutError(f"nothing listens on port {port}; log:\n{self.text}")
+            time.sleep(0.05)
 
     def url(self, path: str = "") -> str:
         return f"http://127.0.0.1:{self.port}{path}"

@@ -34,15 +34,22 @@ LOG_MAX_PENDING = 4096  # ... or when this many records wait
 
 
 def parse_faults(spec: str | None) -> dict:
-    """`crash_after:N,hang_after:N,nccl_timeout_after:N,slow_start:S,jit_missing:TOOL` -> {name: value}
-    (a number; for jit_missing the build tool's name, ninja when not given)."""
+    """`crash_after:N,hang_after:N,nccl_timeout_after:N,killed_at_in_flight:N,slow_start:S,jit_missing:TOOL`
+    -> {name: value} (a number; for jit_missing the build tool's name, ninja when not given)."""
     out: dict = {}
     for part in (spec or "").split(","):
         part = part.strip()
         if not part:
             continue
         name, _, value = part.partition(":")
-        if name not in ("crash_after", "hang_after", "nccl_timeout_after", "slow_start", "jit_missing"):
+        if name not in (
+            "crash_after",
+            "hang_after",
+            "nccl_timeout_after",
+            "killed_at_in_flight",
+            "slow_start",
+            "jit_missing",
+        ):
             raise SystemExit(f"SGLANG_SIM_FAULT: unknown fault {name!r}")
         if name == "jit_missing":
             out[name] = value or "ninja"
@@ -164,6 +171,15 @@ class Sim(Startup, MultiNode, Routes):
         done, self._pending_log = self._pending_log, []
         if self.schedule_log is not None and done:
             self.schedule_log.write("".join(json.dumps(r.schedule_record()) + "\n" for r in done))
+
+    def check_in_flight(self) -> None:
+        """killed_at_in_flight:N: SIGKILL, with no line of its own, as the N-th request at once
+        arrives (an operator's kill -9, the OOM killer): an event of the load itself, such as the
+        first level of a benchmark with more than N - 1 streams, not a moment a test must hit."""
+        n = self.faults.get("killed_at_in_flight")
+        if n and sum(r.kind != "health" for s in self.schedulers for r in (*s.running, *s.waiting)) >= n:
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def _check_faults(self) -> None:
         n = self.finished_count

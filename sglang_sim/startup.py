@@ -135,6 +135,13 @@ class Startup:
         self._start_schedulers(loop, ranks, free0)
         await self.serve(loop)
 
+    async def _held(self, phase: str) -> None:
+        """With SGLANG_SIM_HOLD_DIR, the phase ends only once <dir>/<phase> exists: a test looks at
+        the loading or warming server for as long as it needs, however busy the host."""
+        hold = os.environ.get("SGLANG_SIM_HOLD_DIR")
+        while hold and not os.path.exists(os.path.join(hold, phase)):
+            await asyncio.sleep(0.02)
+
     async def _init_distributed(self, ranks: list[dict], free0: float) -> None:
         cap = self.hardware["gpu_memory_gib"]
         for r in ranks:
@@ -154,6 +161,7 @@ class Startup:
         load_s = self.faults.get("slow_start", env_float("SGLANG_SIM_LOAD_SECONDS", 1.5))
         t0 = time.monotonic()
         await asyncio.sleep(load_s)
+        await self._held("load")
         if plan.get("failure") == "oom_at_load":
             self._die_oom(ranks)
         tc = text_config(self.hf)
@@ -296,6 +304,7 @@ class Startup:
         log.uvicorn("INFO", f"Uvicorn running on http://{a.host}:{port} (Press CTRL+C to quit)")
         warm = 0.0 if a.skip_server_warmup else env_float("SGLANG_SIM_WARMUP_SECONDS", 0.5)
         await asyncio.sleep(warm)
+        await self._held("warmup")
         if a.node_rank == 0 and not self.halted:
             self.status = "Up"
             log.main("The server is fired up and ready to roll!")

@@ -116,10 +116,14 @@ def test_sglang_backend_row_matches_what_the_server_saw(run_bench_serving, sse_s
     assert row["total_input_tokens"] == 12 * 40
     assert row["total_output_tokens"] == 12 * 10  # the server's meta_info.completion_tokens
     assert row["max_concurrency"] == 3
-    # latencies cannot be shorter than the server's sleeps
+    # latencies cannot be shorter than the server's sleeps (how much longer is the host's load)
     assert row["mean_ttft_ms"] >= TTFT_S * 1000
-    assert row["mean_tpot_ms"] >= TPOT_S * 1000 * 0.9
     assert row["mean_e2e_latency_ms"] >= (TTFT_S + 9 * TPOT_S) * 1000
+    # TPOT is (latency - TTFT) / (output_len - 1) per request: a late first read makes it smaller
+    # than the server's step on a busy host, so its formula is checked, not its size
+    assert row["mean_tpot_ms"] == pytest.approx(
+        (row["mean_e2e_latency_ms"] - row["mean_ttft_ms"]) / 9, rel=0.01
+    )
     assert row["duration"] > 0 and row["output_throughput"] == pytest.approx(120 / row["duration"], rel=1e-6)
     assert "Successful requests:" in row["_stdout"]
 

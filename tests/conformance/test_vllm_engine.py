@@ -294,12 +294,12 @@ def test_sigterm_stops_the_whole_process_group(vllm_server):
     vllm_server.proc.send_signal(signal.SIGTERM)  # to the main process only, as `kill <MainPID>`
     rc = vllm_server.proc.wait(timeout=60)
     assert rc == 0, f"vllm serve exited {rc} on SIGTERM:\n{vllm_server.logtail()}"
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120  # a hang ceiling: the group is normally gone at once
     left = _group_pids(vllm_server.pgid)
     while left and time.monotonic() < deadline:
         time.sleep(0.2)
         left = _group_pids(vllm_server.pgid)
-    assert not left, f"still running after SIGTERM + 20 s: {left}"
+    assert not left, f"still running after SIGTERM + 120 s: {left}"
     log = vllm_server.log.read_text(errors="replace")
     assert "[shutdown] API server: shutdown triggered" in log
     assert "Application shutdown complete." in log

@@ -1,6 +1,11 @@
 """Stand-ins the readiness gate's tests share: an SGLang and a vLLM API on loopback, a process
 state, a log written while the gate waits, and the gate itself pointed at a closed port.
 
+The scripted events (a log line, the port opening, the exit) are timed from the gate's start
+(`started`, set once the gate's log offset is taken) and chained where their order matters
+(`after`): never from whenever the test thread happened to run, so a busy host changes only how
+long a test takes, never its verdict.
+
 FakeSGLang answers as SGLang does (/health 503 until `ready`, then 200; /server_info,
 /model_info; an optional API key). FakeVLLM answers as vLLM 0.32.0 does (docs/vllm.md):
 /health 200 with an empty body, /v1/models, a one-token /v1/completions, /version, no
@@ -16,6 +21,17 @@ from sglang_layouts import health
 
 from tests.helpers.fake_http import JsonHandler, LoopbackServer
 from tests.helpers.net import free_port
+
+HANG_S = 120.0  # a ceiling on a wait for an event: only a hang reaches it
+
+
+def _wait_then_sleep(after, delay):
+    """Wait for `after` (an Event to be set, a Thread to end; None: no wait), then `delay` s."""
+    if isinstance(after, threading.Thread):
+        after.join(HANG_S)
+    elif after is not None:
+        after.wait(HANG_S)
+    time.sleep(delay)
 
 
 class FakeSGLang(LoopbackServer):
@@ -137,38 +153,23 @@ class Alive:
             alive=False, exit_status=f"exited with status {self.code}", exit_code=self.code
         )
 
-    def die_later(self, delay, code):
-        """Exit with `code` after `delay` seconds, from another thread, while the gate waits."""
+    def die_later(self, delay, code, after=None):
+        """Exit with `code` `delay` s after `after` (the gate's start, a line's writer), from
+        another thread, while the gate waits."""
 
         def die():
-            time.sleep(delay)
+            _wait_then_sleep(after, delay)
             self.code, self.alive = code, False
 
         threading.Thread(target=die, daemon=True).start()
 
 
-def append_then_die(path, lines, delay, state: Alive, code):
-    """After `delay` seconds, from another thread: append `lines` to the log, then end the process
-    with `code`, in that order (as an engine logs its traceback, then exits)."""
+def append_later(path, lines, delay, after=None):
+    """Append `lines` to the log at `path` `delay` s after `after` (the gate's start), from
+    another thread; returns the thread (it ends once the lines are written)."""
 
     def run():
-        time.sleep(delay)
-        with open(path, "a") as f:
-            for line in lines:
-                f.write(line + "\n")
-                f.flush()
-        state.code, state.alive = code, False
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
-
-
-def append_later(path, lines, delay):
-    """Append `lines` to the log at `path` after `delay` seconds, from another thread."""
-
-    def run():
-        time.sleep(delay)
+        _wait_then_sleep(after, delay)
         with open(path, "a") as f:
             for line in lines:
                 f.write(line + "\n")
@@ -179,14 +180,14 @@ def append_later(path, lines, delay):
     return t
 
 
-def bring_up_later(server_cls, port, delay, ready_after=None, **kw):
-    """Start `server_cls(port, **kw)` after `delay` s (the port is closed till then) and, for a
-    fake with a `ready` flag, set it `ready_after` s later; returns a dict that gets the server
-    under "s"."""
+def bring_up_later(server_cls, port, delay, ready_after=None, after=None, **kw):
+    """Start `server_cls(port, **kw)` `delay` s after `after` (the gate's start; the port is
+    closed till then) and, for a fake with a `ready` flag, set it `ready_after` s later; returns a
+    dict that gets the server under "s"."""
     box = {}
 
     def run():
-        time.sleep(delay)
+        _wait_then_sleep(after, delay)
         box["s"] = server_cls(port, **kw)
         if ready_after is not None:
             time.sleep(ready_after)
@@ -196,9 +197,13 @@ def bring_up_later(server_cls, port, delay, ready_after=None, **kw):
     return box
 
 
-def wait_from_end(url, log, state, **kw):
-    """The real gate at `url` over the log from its current end (an earlier start's lines are not read)."""
-    return health.wait_ready(url, health.FileFollower(str(log), log.stat().st_size), state, **kw)
+def wait_from_end(url, log, state, started=None, **kw):
+    """The real gate at `url` over the log from its current end (an earlier start's lines are not
+    read); `started` (an Event) is set once that end is taken, for the scripted events to follow."""
+    follower = health.FileFollower(str(log), log.stat().st_size)
+    if started is not None:
+        started.set()
+    return health.wait_ready(url, follower, state, **kw)
 
 
 def wait_on_closed_port(log, state, **kw):

@@ -51,7 +51,7 @@ def test_engine_killed_mid_benchmark_stops_the_ladder_at_that_level():
             if line.startswith("level c=4 done"):
                 os.kill(s.proc.pid, signal.SIGKILL)  # the engine dies between levels 4 and 16
 
-        out = bench.run_benchmark(_cfg(s.url(""), [1, 4, 16, 64], request_timeout=10), progress=progress)
+        out = bench.run_benchmark(_cfg(s.url(""), [1, 4, 16, 64], request_timeout=120), progress=progress)
     died = out["summary"]["server_died"]
     assert [lv["concurrency"] for lv in out["levels"]] == [1, 4, 16]  # 64 never ran
     assert out["levels"][0]["completed"] > 0 and out["levels"][1]["failed"] == 0

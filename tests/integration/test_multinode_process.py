@@ -57,7 +57,9 @@ def env():
                 "tp": 16,
                 "nnodes": 2,
                 "env": {
-                    "SGLANG_SIM_DIST_TIMEOUT": "30",
+                    # the nodes start as ansible reaches them: the rendezvous waits as long as torch's
+                    # default, so a busy host never decides it (the health gate's ceiling comes first)
+                    "SGLANG_SIM_DIST_TIMEOUT": "600",
                     "SGLANG_SIM_NCCL_TIMEOUT_SECONDS": "5",
                 },
             }

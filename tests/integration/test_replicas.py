@@ -113,7 +113,7 @@ def group_environ(pgid):
 
 
 def get_json(url):
-    with urllib.request.urlopen(url, timeout=5) as r:
+    with urllib.request.urlopen(url, timeout=60) as r:
         return json.loads(r.read())
 
 

@@ -20,7 +20,7 @@ from tests.helpers.demo import FAST_DECODE, kimi_plan
 GIB = 1 << 30
 
 
-def generate(url: str, n: int = 3, timeout: float = 10.0) -> dict:
+def generate(url: str, n: int = 3, timeout: float = 120.0) -> dict:
     body = json.dumps(
         {"input_ids": [1, 2], "sampling_params": {"max_new_tokens": n, "ignore_eos": True}}
     ).encode()
@@ -102,7 +102,7 @@ def test_unknown_flag_exits_2_like_argparse():
         env=env,
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=120,
     )
     assert p.returncode == 2
     assert p.stderr.startswith("usage: launch_server.py")
@@ -132,7 +132,7 @@ def test_crash_after_n_requests():
     env = {**FAST_DECODE, "SGLANG_SIM_FAULT": "crash_after:2", "SGLANG_SIM_HEALTH_POLL_SECONDS": "0.05"}
     with SimProcess(["--tp-size", "8"], env=env) as s:
         s.wait_ready()
-        with urllib.request.urlopen(s.url("/health"), timeout=5) as r:
+        with urllib.request.urlopen(s.url("/health"), timeout=120) as r:
             assert r.status == 200  # a health probe is not a request that counts
         assert generate(s.url("/generate"))["meta_info"]["completion_tokens"] == 3
         time.sleep(0.1)
@@ -150,7 +150,7 @@ def test_hang_keeps_port_open_and_stops_answering():
     with SimProcess(["--tp-size", "8"], env={**FAST_DECODE, "SGLANG_SIM_FAULT": "hang_after:1"}) as s:
         s.wait_ready()
         generate(s.url("/generate"))
-        with socket.create_connection(("127.0.0.1", s.port), timeout=2):
+        with socket.create_connection(("127.0.0.1", s.port), timeout=60):
             pass  # still accepting connections
         with pytest.raises(TimeoutError):
             urllib.request.urlopen(s.url("/health"), timeout=1.0)
@@ -173,17 +173,21 @@ def test_nccl_watchdog_timeout():
     assert classify(s.text) == "nccl_timeout"
 
 
-def test_slow_start_keeps_the_port_closed():
-    with SimProcess(["--tp-size", "8", "--sim-fault", "slow_start:2"]) as s:
+def test_slow_start_keeps_the_port_closed(tmp_path):
+    # the load is held open (SGLANG_SIM_HOLD_DIR) until the test has looked at the closed port
+    (tmp_path / "warmup").touch()  # the warm-up is not held
+    with SimProcess(
+        ["--tp-size", "8", "--sim-fault", "slow_start:2"], env={"SGLANG_SIM_HOLD_DIR": str(tmp_path)}
+    ) as s:
         s.wait_for_line("Load weight begin")
-        time.sleep(0.8)
         with (
             pytest.raises(ConnectionRefusedError),
-            socket.create_connection(("127.0.0.1", s.port), timeout=1),
+            socket.create_connection(("127.0.0.1", s.port), timeout=60),
         ):
             pass
+        (tmp_path / "load").touch()
         t1, _ = s.wait_for_line("Load weight end")
-        assert t1 - s.started_at >= 2.0
+        assert t1 - s.started_at >= 2.0  # the slow start's seconds at least
         s.wait_ready()
 
 
@@ -227,3 +231,29 @@ def test_invalid_server_args_fail_in_the_main_process():
         rc = s.wait_exit()
     assert rc == 1
     assert s.text.rstrip().splitlines()[-1].startswith("AssertionError: dp-attention needs tp % dp == 0")
+
+
+def test_killed_at_in_flight_dies_as_the_nth_concurrent_request_arrives():
+    """Fault killed_at_in_flight:3: two streams run (each far from done), the third request's
+    arrival is the SIGKILL, with no line of its own."""
+    env = {"SGLANG_SIM_DECODE_STEP_MS": "50", "SGLANG_SIM_FAULT": "killed_at_in_flight:3"}
+    body = json.dumps(
+        {"input_ids": [1, 2], "stream": True, "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True}}
+    ).encode()
+    with SimProcess(["--tp-size", "8"], env=env) as s:
+        s.wait_ready()
+        # two streams that each have 100 s of tokens left once their first one is read
+        streams = [urllib.request.urlopen(urllib.request.Request(s.url("/generate"), data=body), timeout=120)]
+        streams.append(
+            urllib.request.urlopen(urllib.request.Request(s.url("/generate"), data=body), timeout=120)
+        )
+        for r in streams:
+            assert r.readline().startswith(b"data: ")
+        assert s.proc.poll() is None  # two at once: alive
+        with pytest.raises(OSError):
+            generate(s.url("/generate"))
+        rc = s.wait_exit()
+        for r in streams:
+            r.close()
+    assert rc == -9
+    assert "Scheduler hit an exception" not in s.text and "SIGQUIT" not in s.text

@@ -1,25 +1,30 @@
 """The readiness gate against a real loopback HTTP server and a real log file.
 
 The server walks through SGLang's phases (port closed -> 503 -> 200); fatal lines and
-process exits must give their class within 2 s; secrets are masked in server_args.
+process exits give their class at once (before any grace or timeout could), a generic line only
+after its grace; secrets are masked in server_args. The scripted events are timed from the gate's
+start; grace and timeout are long wherever the test is not about them, so no verdict depends on
+how busy the host is.
 """
 
 import json
-import time
+import threading
 
 import pytest
 from sglang_layouts import health
 
 from tests.helpers.engine_fakes import (
+    HANG_S,
     Alive,
     FakeSGLang,
     append_later,
-    append_then_die,
     bring_up_later,
     wait_from_end,
     wait_on_closed_port,
 )
 from tests.helpers.net import free_port, listening
+
+GRACE = 60.0  # a generic line's grace where the test is not about it: only a hang reaches it
 
 
 @pytest.fixture
@@ -33,13 +38,17 @@ def test_loading_warming_ready_then_facts(log):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     state = Alive()
+    started = threading.Event()
     # loading: port closed for 0.5 s; warming: 503 for 0.5 s; then ready
-    server = bring_up_later(FakeSGLang, port, 0.5, ready_after=0.5, api_key="k3y-canary")
+    server = bring_up_later(FakeSGLang, port, 0.5, ready_after=0.5, after=started, api_key="k3y-canary")
     append_later(
-        log, ["[TP0] Load weight begin. avail mem=94.47 GB", "The server is fired up and ready to roll!"], 0.3
+        log,
+        ["[TP0] Load weight begin. avail mem=94.47 GB", "The server is fired up and ready to roll!"],
+        0.3,
+        after=started,
     )
     try:
-        facts = wait_from_end(url, log, state, timeout=20, api_key="k3y-canary")
+        facts = wait_from_end(url, log, state, started=started, timeout=HANG_S, api_key="k3y-canary")
     finally:
         server["s"].close()
     assert facts["max_total_num_tokens"] == 172906
@@ -47,7 +56,6 @@ def test_loading_warming_ready_then_facts(log):
     assert facts["model_info"]["model_path"] == "/models/Kimi-K2.6"
     assert facts["server_args"]["api_key"] == "***"
     assert "k3y-canary" not in json.dumps(facts)
-    assert facts["waited_s"] >= 0.9
     assert facts["ready_line_seen"]
     assert not facts["already_ready"]
 
@@ -73,28 +81,29 @@ def test_loading_warming_ready_then_facts(log):
         ),
     ],
 )
-def test_fatal_line_gives_the_verdict_within_2s_while_the_process_lives(log, lines, cls):
+def test_fatal_line_gives_the_verdict_at_once_while_the_process_lives(log, lines, cls):
     state = Alive()
-    append_later(log, lines, 0.3)
-    t0 = time.monotonic()
+    started = threading.Event()
+    append_later(log, lines, 0.3, after=started)
     with pytest.raises(health.HealthFailure) as ei:
-        wait_on_closed_port(log, state, timeout=30)
-    latency = time.monotonic() - t0 - 0.3
+        wait_on_closed_port(log, state, started=started, timeout=HANG_S, grace=GRACE)
     assert ei.value.failure_class == cls
     assert ei.value.evidence["line"] == lines[-1]
     assert ei.value.evidence["log_tail"][-1] == lines[-1]
     assert "old run" not in " ".join(ei.value.evidence["log_tail"])
-    assert latency < 2.0
+    assert ei.value.evidence["verdict_s_after_line"] < GRACE  # at once, not after a grace
 
 
 def test_generic_line_alone_fails_only_after_grace_while_the_process_lives(log):
     state = Alive()
-    append_later(log, ["Received sigquit from a child process. It usually means the child failed."], 0.2)
-    t0 = time.monotonic()
+    started = threading.Event()
+    append_later(
+        log, ["Received sigquit from a child process. It usually means the child failed."], 0.2, after=started
+    )
     with pytest.raises(health.HealthFailure) as ei:
-        wait_on_closed_port(log, state, timeout=30, grace=0.5)
-    assert ei.value.failure_class == "crashed"
-    assert 0.5 <= time.monotonic() - t0 < 2.0
+        wait_on_closed_port(log, state, started=started, timeout=HANG_S, grace=0.5)
+    assert ei.value.failure_class == "crashed"  # not ready_timeout: the grace decided
+    assert ei.value.evidence["verdict_s_after_line"] >= 0.5
 
 
 def test_ready_timeout(log):
@@ -154,10 +163,14 @@ def test_check_alive_for_node_ranks_above_zero(log):
 
 def test_a_traceback_of_a_live_server_that_becomes_ready_is_not_fatal(log):
     port = free_port()
-    server = bring_up_later(FakeSGLang, port, 0.6, ready_after=0)
-    append_later(log, ["Traceback (most recent call last):", "NameError: name '_now' is not defined"], 0.1)
+    started = threading.Event()
+    server = bring_up_later(FakeSGLang, port, 0.6, ready_after=0, after=started)
+    lines = ["Traceback (most recent call last):", "NameError: name '_now' is not defined"]
+    append_later(log, lines, 0.1, after=started)
     try:
-        facts = wait_from_end(f"http://127.0.0.1:{port}", log, Alive(), timeout=20)
+        facts = wait_from_end(
+            f"http://127.0.0.1:{port}", log, Alive(), started=started, timeout=HANG_S, grace=GRACE
+        )
     finally:
         server["s"].close()
     assert facts["max_total_num_tokens"] == 172906
@@ -167,24 +180,23 @@ SCHED_EXC = "[TP0] Scheduler hit an exception: Traceback (most recent call last)
 
 
 @pytest.mark.parametrize(
-    ("line", "code", "fatal_line"),
+    ("line", "line_at", "code", "exit_at", "fatal_line"),
     [
         # no fatal line at all: the exit alone is the verdict, with its status
-        pytest.param("[TP0] Load weight begin. avail mem=94.47 GB", 1, None, id="exit-alone"),
+        pytest.param("[TP0] Load weight begin. avail mem=94.47 GB", 0.1, 1, 0.3, None, id="exit-alone"),
         # a generic line waits out its grace, unless the process exits first: then at once
-        pytest.param(SCHED_EXC, None, SCHED_EXC, id="generic-line-then-exit"),
+        pytest.param(SCHED_EXC, 0.2, None, 0.4, SCHED_EXC, id="generic-line-then-exit"),
     ],
 )
-def test_a_process_exit_decides_at_once(log, line, code, fatal_line):
-    # The line is written before the exit, in one thread: the verdict cannot depend on which of two
-    # timers this machine runs first. The ceiling is far below the 30 s grace: only a hang misses it.
+def test_a_process_exit_decides_at_once(log, line, line_at, code, exit_at, fatal_line):
     state = Alive()
-    append_then_die(log, [line], 0.2, state, code)
-    t0 = time.monotonic()
+    started = threading.Event()
+    written = append_later(log, [line], line_at, after=started)
+    state.die_later(exit_at - line_at, code, after=written)  # the exit follows the line
     with pytest.raises(health.HealthFailure) as ei:
-        wait_on_closed_port(log, state, timeout=60)
-    assert ei.value.failure_class == "crashed"
+        wait_on_closed_port(log, state, started=started, timeout=HANG_S, grace=GRACE)
+    assert ei.value.failure_class == "crashed"  # not ready_timeout
     if code is not None:
         assert ei.value.evidence["exit_status"] == f"exited with status {code}"
     assert ei.value.evidence["line"] == fatal_line
-    assert time.monotonic() - t0 < 10
+    assert ei.value.evidence["waited_s"] < GRACE  # the exit cut the grace short

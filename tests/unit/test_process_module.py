@@ -3,6 +3,9 @@ start takes exactly one name."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -30,16 +33,27 @@ def _process(tmp_path, args: dict, check=False):
     )
 
 
-def test_two_units_stop_in_one_run_and_a_start_takes_one_name(tmp_path):
+@pytest.fixture
+def pids():
+    """name -> pid of the test's engines; a test that fails half-way leaves none of them behind."""
+    started: dict[str, int] = {}
+    yield started
+    for pid in started.values():
+        if _alive(pid):  # the supervisor's own process group, led by the pid it reports
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def test_two_units_stop_in_one_run_and_a_start_takes_one_name(tmp_path, pids):
     names = ["sglang-a.service", "sglang-b.service"]
-    pids = {}
+    # the engines outlive the test however slow the host: the test stops them (or the fixture)
     for name in names:
-        res = _process(tmp_path, {"name": name, "argv": ["sleep", "60"]})
+        res = _process(tmp_path, {"name": name, "argv": ["sleep", "3600"]})
         assert res["changed"] and res["pid"], res
         assert [u["name"] for u in res["units"]] == [name]
         pids[name] = res["pid"]
 
-    both = _process(tmp_path, {"name": names, "argv": ["sleep", "60"]})
+    both = _process(tmp_path, {"name": names, "argv": ["sleep", "3600"]})
     assert both["failed"] and "takes one name, got 2" in both["msg"]
 
     # check mode reports the change and stops nothing
