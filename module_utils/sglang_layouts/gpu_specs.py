@@ -18,7 +18,9 @@ RTX_PRO_6000_DATASHEET = (
     "https://www.nvidia.com/en-us/data-center/rtx-pro-6000-blackwell-server-edition/ "
     "(96 GB GDDR7, 512-bit, 1792 GB/s; 4 PFLOPS FP4 with sparsity: FP8 1000, BF16 500 dense by halving)"
 )
-L40S_DATASHEET = "https://www.nvidia.com/en-us/data-center/l40s/ (864 GB/s; BF16 733, FP8 1466 TFLOPS with sparsity)"
+L40S_DATASHEET = (
+    "https://www.nvidia.com/en-us/data-center/l40s/ (864 GB/s; BF16 733, FP8 1466 TFLOPS with sparsity)"
+)
 A100_DATASHEET = "https://www.nvidia.com/en-us/data-center/a100/ (80GB SXM 2039 GB/s, PCIe 1935, 40GB 1555; BF16 312 dense)"
 
 # (pattern on the nvidia-smi name, figures). Dense TFLOP/s = the datasheet's sparse figure / 2.
@@ -38,7 +40,10 @@ GPU_SPECS: tuple[tuple[str, dict], ...] = (
     ("A100-SXM4-80GB|A100 80GB", {"bandwidth_gbs": 2039, "bf16_tflops": 312, "source": A100_DATASHEET}),
     ("A100", {"bandwidth_gbs": 1555, "bf16_tflops": 312, "source": A100_DATASHEET}),
     ("L40S", {"bandwidth_gbs": 864, "bf16_tflops": 362, "fp8_tflops": 733, "source": L40S_DATASHEET}),
-    ("RTX 6000 Ada", {"bandwidth_gbs": 960, "source": "https://www.nvidia.com/en-us/design-visualization/rtx-6000/"}),
+    (
+        "RTX 6000 Ada",
+        {"bandwidth_gbs": 960, "source": "https://www.nvidia.com/en-us/design-visualization/rtx-6000/"},
+    ),
 )
 
 TABLE_PATH = "module_utils/sglang_layouts/gpu_specs.py (GPU_SPECS)"

@@ -20,7 +20,9 @@ Prefill: per chunk, max(FLOPs / (eta_f * F), bytes / (eta * BW)) + all-reduces +
 
 from __future__ import annotations
 
+import json
 import math
+import os
 
 from .gpu_specs import TABLE_PATH, gpu_spec
 
@@ -67,12 +69,26 @@ INTERCONNECTS: dict[str, dict] = {
         "busbw_gbs": 30.0,
         "source": "voipmonitor/rtx6kpro models/kimi-k25.md: custom all-reduce ~8.3 us",
     },
-    "nvlink": {
-        "alpha_us": 10.87,
-        "busbw_gbs": 355.0,
-        "source": "benchmarks/results/collectives-h200x2-2026-11-29.json (CUDA graph all-reduce 8 KB; busbw at 256 MiB)",
-    },
 }
+
+# NCCL on 2 x H200 over NVLink (benchmarks/bench_collectives.py), in a CUDA graph; more GPUs only
+# add ring steps, so the 2-GPU figure is a lower bound for larger TP.
+NVLINK_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "collectives_nvlink.json")
+
+
+def _nvlink() -> dict:
+    with open(NVLINK_DATA, encoding="utf-8") as f:
+        data = json.load(f)
+    ar = data["ops"]["all_reduce"]["2"]
+    return {
+        "alpha_us": float(ar["latency_us"]),
+        "busbw_gbs": float(ar["busbw_gbs"]),
+        "hop_us": float(data["ops"]["sendrecv"]["2"]["latency_us"]),
+        "source": data["source"] + " (all-reduce at 8 KB in a CUDA graph; busbw at 256 MiB)",
+    }
+
+
+INTERCONNECTS["nvlink"] = _nvlink()
 
 
 def c(name: str) -> float:
@@ -400,7 +416,7 @@ def predict(layout_plan: dict, hardware: dict, bench: dict | None) -> tuple[dict
     bench = bench or {}
     concurrency = [int(x) for x in (bench.get("concurrency") or [1, 2, 4, 8, 16, 32, 64])]
     input_len = int(bench.get("input_len") or 1024)
-    output_len = int(bench.get("output_len") or 1024)
+    output_len = int(bench.get("output_len") or 256)
     kv_tokens = layout_plan.get("kv_tokens")
     by = {str(cc): model.bench_level(cc, input_len, output_len, kv_tokens) for cc in concurrency}
     peak_c = max(by, key=lambda k: by[k]["output_tok_s"])
