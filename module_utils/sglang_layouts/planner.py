@@ -512,6 +512,9 @@ def plan_host(inputs: dict) -> dict:
     }
 
 
+SPEED_HARDWARE_KEYS = ("gpu_name", "gpu_memory_bandwidth_gbs", "gpu_interconnect", "gpu_memory_gib")
+
+
 def _add_speed(plans: list[dict], hardware: dict, bench: dict | None) -> str | None:
     """Each fitting layout's predicted speed (speed.py) at the inventory's benchmark; why not, once."""
     why_not = None
@@ -520,6 +523,9 @@ def _add_speed(plans: list[dict], hardware: dict, bench: dict | None) -> str | N
         if p["verdict"] == "fits":
             p["speed"], why = predict_speed(p, hardware, bench)
             why_not = why_not or why
+            if p["speed"]:
+                # what a record needs to predict this layout again at another workload (speed_check.py)
+                p["speed"]["hardware"] = {k: hardware.get(k) for k in SPEED_HARDWARE_KEYS}
     return why_not
 
 

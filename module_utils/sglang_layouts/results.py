@@ -177,6 +177,7 @@ def build_record(
                 "replicas",
                 "router",
                 "speed",
+                "cost",
             )
             if k in plan
         },

@@ -131,3 +131,69 @@ def test_the_plan_carries_the_prediction_at_the_inventorys_benchmark():
     assert doc["speed_note"] is None
     none = planner.plan_host({**inputs, "hardware": {k: v for k, v in SEED.items() if k != "gpu_name"}})
     assert none["layouts"][0]["speed"] is None and "gpu_name" in none["speed_note"]
+
+
+def _record(plan_entry, levels, argv_extra=(), env=None, simulated=False):
+    from sglang_layouts import results
+
+    bench = {
+        "summary": {"single_request_tok_s": levels[0][1], "peak_output_tok_s": max(t for _, t in levels)},
+        "levels": [{"concurrency": c_, "output_tok_s": t} for c_, t in levels],
+    }
+    plan_entry = {**plan_entry, "argv": [*plan_entry["argv"], *argv_extra], "env": env or {}}
+    if simulated:
+        plan_entry["engine"] = "sim"
+    rec = results.build_record(
+        "r1", "seed-box", "tp8", "ok", engine="sim" if simulated else "sglang", plan=plan_entry, bench=bench
+    )
+    rec["gpu"] = {"gpu_interconnect": "pcie"}
+    return rec
+
+
+def _seed_tp8():
+    inputs = {
+        "host": "seed-box",
+        "model": {"name": "kimi-k2.6", "hf_config_file": str(REPO / "models/kimi-k2.6/config.json")},
+        "layouts": [{"name": "tp8", "tp": 8}],
+        "hardware": SEED,
+        "serving": {"max_running_requests": 64},
+        "bench": {"concurrency": [1, 64], "input_len": 256, "output_len": 256},
+    }
+    return planner.plan_host(inputs)["layouts"][0]
+
+
+def test_a_real_row_far_below_its_prediction_is_flagged_with_its_own_evidence():
+    from sglang_layouts import report
+
+    tp8 = _seed_tp8()
+    pred = tp8["speed"]["by_concurrency"]
+    slow = _record(
+        tp8,
+        [(1, pred["1"]["output_tok_s"] * 0.3), (64, pred["64"]["output_tok_s"])],
+        argv_extra=["--disable-cuda-graph"],
+        env={"NCCL_P2P_DISABLE": "1"},
+    )
+    (row,) = report.rows([slow])
+    assert row["speed_flag"] == "slower_than_hardware"
+    causes = " | ".join(row["speed_flag_causes"])
+    assert "CUDA graphs off" in causes and "NCCL_P2P_DISABLE=1" in causes and "PCIe with tp 8" in causes
+    assert [c_["what"] for c_ in row["speed_compare"]] == ["single_tok_s", "c1", "c64"]
+    on_time = _record(tp8, [(1, pred["1"]["output_tok_s"]), (64, pred["64"]["output_tok_s"] * 1.2)])
+    assert report.rows([on_time])[0]["speed_flag"] is None
+    fast = _record(tp8, [(1, pred["1"]["output_tok_s"] * 1.5), (64, pred["64"]["output_tok_s"])])
+    assert report.rows([fast])[0]["speed_flag"] == "faster_than_model"
+    # a simulated row's speed is the model itself: never flagged
+    assert report.rows([_record(tp8, [(1, 1.0), (64, 1.0)], simulated=True)])[0]["speed_flag"] is None
+    md = report.to_markdown("r1", report.rows([slow]), report.winners(report.rows([slow])))
+    assert "slower_than_hardware" in md and "predicted peak tok/s" in md
+
+
+def test_the_demos_reference_rows_are_set_beside_the_prediction_at_their_own_workload():
+    from sglang_layouts import speed_check
+
+    reference = json.loads((REPO / "inventory/demo/reference-measurements.json").read_text())
+    rec = _record(_seed_tp8(), [(1, 80.0), (64, 600.0)], simulated=True)
+    tp8, pp8, _ep8 = speed_check.reference_rows(reference, [rec])
+    assert tp8["predicted_single_tok_s"] == pytest.approx(85, rel=0.05)  # the physics; the seed measured 26.3
+    assert tp8["speed_flag"] == "slower_than_hardware" and tp8["speed_flag_causes"]
+    assert pp8["predicted_single_tok_s"] is None  # no record of that layout in this run
