@@ -318,35 +318,46 @@ class SpeedModel:
 
     # -- the benchmark -----------------------------------------------------------------------
     def bench_level(self, conc: int, input_len: int, output_len: int, kv_tokens: int | None) -> dict:
-        """One bench_serving level: waves of `conc` requests, all prompts prefilled, then decoded."""
-        per_req = input_len + output_len
-        running = conc
+        """One bench_serving level of `conc` requests of fixed lengths, all sent at once."""
+        return self.simulate(conc, [input_len] * conc, [output_len] * conc, kv_tokens)
+
+    def simulate(self, conc: int, input_lens: list, output_lens: list, kv_tokens: int | None) -> dict:
+        """A closed-loop client keeping `conc` requests in flight over the given requests, against
+        SGLang's scheduling: new requests are prefilled (up to 16384 prompt tokens a batch) while
+        decoding waits, then every running request gets one token per decode step."""
+        limit = conc
         if self.max_running:
-            running = min(running, self.max_running)
+            limit = min(limit, self.max_running)
+        queue = list(zip(input_lens, output_lens, strict=True))
         if kv_tokens:
-            running = max(1, min(running, int(kv_tokens) // max(1, per_req)))
-        tokens = running * input_len
-        # prefill batches of at most max_prefill_tokens (16384) prompt tokens, chunked
-        batches, t, ttfts = [], 0.0, []
-        per_batch = max(1, 16384 // max(1, input_len))
-        left = running
-        while left > 0:
-            n = min(left, per_batch)
-            batches.append(n)
-            left -= n
-        for n in batches:
-            t += self.prefill(n * input_len, n)
-            ttfts += [t] * n
-        ctx = running * (input_len + output_len / 2)
-        step = self.decode_step(running, ctx)
-        wave = t + step * max(0, output_len - 1)
-        out_tok_s = running * output_len / wave if wave > 0 else 0.0
+            per_req = max(i + o for i, o in queue) if queue else 1
+            limit = max(1, min(limit, int(kv_tokens) // max(1, per_req)))
+        t, tokens, ttfts, itls, running = 0.0, 0, [], [], []  # running: [prompt, done, wanted]
+        while queue or running:
+            if queue and len(running) < limit:
+                new, budget = [], 16384
+                while queue and len(running) + len(new) < limit and (not new or budget >= queue[0][0]):
+                    i, o = queue.pop(0)
+                    budget -= i
+                    new.append([i, 1, o])
+                t += self.prefill(sum(r[0] for r in new), len(new))
+                ttfts += [t] * len(new)
+                tokens += len(new)
+                running += [r for r in new if r[1] < r[2]]
+                continue
+            ctx = sum(r[0] + r[1] for r in running)
+            step = self.decode_step(len(running), ctx)
+            t += step
+            itls.append(step)
+            tokens += len(running)
+            for r in running:
+                r[1] += 1
+            running = [r for r in running if r[1] < r[2]]
         return {
-            "output_tok_s": round(out_tok_s, 1),
-            "ttft_ms": round(sum(ttfts) / len(ttfts) * 1e3, 1),
-            "itl_ms": round(step * 1e3, 3),
-            "running": running,
-            "prefill_tokens": tokens,
+            "output_tok_s": round(tokens / t, 1) if t > 0 else 0.0,
+            "ttft_ms": round(sum(ttfts) / len(ttfts) * 1e3, 1) if ttfts else None,
+            "itl_ms": round(sum(itls) / len(itls) * 1e3, 3) if itls else None,
+            "running": limit,
         }
 
     def bound(self, batch: int, kv_tokens_in_use: float) -> str:
