@@ -53,6 +53,25 @@ CONSTANTS: dict[str, tuple[float, str, str]] = {
     "triton_moe_block_m": (16, "OPEN", "fused_moe triton BLOCK_SIZE_M at small M (tuned configs)"),
 }
 
+# Our measurements replace the priors: data/speed_measured.json holds {"constants": {name: {"value",
+# "source" (the file under benchmarks/results/), "command"}}}; each entry turns its constant MEAS.
+MEASURED_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "speed_measured.json")
+
+
+def _load_measured(path: str = MEASURED_DATA) -> None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            entries = json.load(f).get("constants") or {}
+    except OSError:
+        return
+    for name, entry in entries.items():
+        if name not in CONSTANTS:
+            raise ValueError(f"{path}: {name} is not a constant of speed.py ({', '.join(CONSTANTS)})")
+        CONSTANTS[name] = (float(entry["value"]), "MEAS", f"{entry['source']} ({entry.get('command', '')})")
+
+
+_load_measured()
+
 # Kernel nodes per decoder layer (itemised from SGLang's code path; M3 counts them).
 KERNELS_PER_LAYER = {"mla_moe": 30, "gqa_moe": 20, "gqa": 12}
 
