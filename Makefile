@@ -30,7 +30,7 @@ export PY_COLORS := 0
 INVENTORY ?= inventory/demo
 S ?=
 
-.PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test test-under-load test-checks-then-suites lint unit integration conformance molecule bench-sim bench-client bench-rate bench-health bench-health-replay bench-plan flags reliability clean
+.PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test test-under-load test-checks-then-suites lint unit integration conformance molecule bench-sim bench-client bench-rate bench-health bench-health-replay bench-plan bench-predict flags reliability clean
 
 help: ## list the targets
 	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  make %-19s %s\n", $$1, $$2}' $(MAKEFILE_LIST) | \
@@ -129,6 +129,9 @@ gpu-sweep: $(if $(filter $(VENV)/%,$(GPU_ANSIBLE)),$(STAMP)) ## on a GPU host: r
 	  echo "== gpu-sweep: $$m (run $(GPU_RUN_ID)-$$m)"; \
 	  $(GPU_ANSIBLE) -i inventory/gpu playbooks/gpu_sweep.yml -e gpu_model=$$m -e run_id=$(GPU_RUN_ID)-$$m $(GPU_ARGS); \
 	done
+
+bench-predict: $(STAMP) ## predicted vs measured speed for every real measurement the repo holds (speed.py)
+	$(PY) benchmarks/bench_predict.py
 
 bench-plan: $(STAMP) ## time plan.yml over 10 layouts
 	$(PY) benchmarks/bench_plan.py

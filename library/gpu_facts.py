@@ -90,6 +90,12 @@ ansible_facts:
       description: Datasheet memory bandwidth (GB/s) of the GPU model; absent for a model not in the table.
       type: int
       sample: 4800
+    gpu_name:
+      description: >-
+        The GPU model (nvidia-smi's name; the first when a host mixes models, which is a problem of its own):
+        the speed model's key into module_utils/sglang_layouts/gpu_specs.py.
+      type: str
+      sample: NVIDIA H200
     gpu_names:
       description: Product names in index order.
       type: list

@@ -23,6 +23,8 @@ def hardware_from_env(env=None) -> dict:
         "gpu_memory_gib": float(env.get("SGLANG_SIM_GPU_MEMORY_GIB") or DEFAULT_GPU_MEMORY_GIB),
         "gpu_interconnect": (env.get("SGLANG_SIM_INTERCONNECT") or "pcie").lower(),
         "gpu_memory_bandwidth_gbs": float(env.get("SGLANG_SIM_GPU_BANDWIDTH_GBS") or DEFAULT_BANDWIDTH_GBS),
+        # the speed model's row in gpu_specs (sglang_sim/cost.py defaults it to the seed's GPU)
+        "gpu_name": env.get("SGLANG_SIM_GPU_NAME") or None,
     }
 
 

@@ -18,6 +18,8 @@ import io
 import re
 import xml.etree.ElementTree as ET
 
+from .gpu_specs import gpu_spec
+
 MIB_PER_GIB = 1024
 
 # `nvidia-smi --query-gpu=<these> --format=csv,noheader,nounits` (every field
@@ -34,24 +36,6 @@ QUERY_GPU_FIELDS = (
     "driver_version",
     "ecc.errors.uncorrected.volatile.total",
     "compute_mode",
-)
-
-# Memory bandwidth by product name, vendor datasheet figures in GB/s; used by the
-# planner's cost model when present. First match wins, so specific names come first.
-MEMORY_BANDWIDTH_GBS = (
-    (r"H200", 4800),
-    (r"H100 NVL", 3900),
-    (r"H100 PCIe", 2000),
-    (r"H100|H800", 3350),  # SXM5 80GB HBM3
-    (r"GH200", 4000),
-    (r"B200", 8000),
-    (r"B300|GB300", 8000),
-    (r"RTX PRO 6000 Blackwell", 1792),
-    (r"A100.*80GB.*PCIe", 1935),
-    (r"A100-SXM4-80GB|A100 80GB", 2039),
-    (r"A100", 1555),
-    (r"L40S", 864),
-    (r"RTX 6000 Ada", 960),
 )
 
 # Memory in use on an idle GPU stays far below this; more means someone holds it.
@@ -95,10 +79,9 @@ def memory_gib(total_mib: float, reserved_mib: float | None) -> float:
 
 
 def memory_bandwidth_gbs(name: str) -> int | None:
-    for pattern, gbs in MEMORY_BANDWIDTH_GBS:
-        if re.search(pattern, name):
-            return gbs
-    return None
+    """The datasheet memory bandwidth of the GPU named `name` (gpu_specs.GPU_SPECS), None when unknown."""
+    spec = gpu_spec(name)
+    return spec["bandwidth_gbs"] if spec else None
 
 
 def _ecc_uncorrected_volatile(gpu: ET.Element) -> int | None:
@@ -378,6 +361,8 @@ def build_facts(
     if len(names) > 1:
         problems.append(f"GPUs of different models on one host: {names}")
     if names:
+        # the speed model's key into gpu_specs.GPU_SPECS (one model per host, checked above)
+        facts["gpu_name"] = names[0]
         bandwidths = [memory_bandwidth_gbs(n) for n in names]
         if all(bandwidths):
             facts["gpu_memory_bandwidth_gbs"] = min(bandwidths)

@@ -164,6 +164,8 @@ def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hard
                 "layers": n_layers,
                 "moe_layers": moe_layers,
                 "collectives": collectives,
+                # the lm_head runs on one token per request in prefill, on every token in decode
+                "lm_head_bytes": int(comps.get("lm_head", 0.0)),
             }
         )
     return {
@@ -178,4 +180,26 @@ def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hard
         "kv_bytes_per_token_layer": spec.kv_bytes_per_token_per_layer(par["attn_tp"], spec.quant.param_bytes),
         # one token's hidden state, the message of each all-reduce (activations in the model dtype)
         "allreduce_bytes_per_token": int(spec.config["hidden_size"]) * spec.quant.param_bytes,
+        # what the speed model (speed.py) needs besides bytes: kernel path, router, attention shape
+        "family": spec.family,
+        "quant_method": spec.quant.method,
+        "int4_group_size": spec.quant.group_size,
+        "hidden_size": int(spec.config["hidden_size"]),
+        "attn_flop_dim": _attn_flop_dim(spec),
+        "attn_tp": par["attn_tp"],
+        "moe_tp": par["moe_tp"],
+        "ep": par["ep"],
+        "dp": par["dp"],
+        "dp_attention": par["dp_attention"],
+        # DeepSeek/Kimi's biased sigmoid top-k: with dummy weights the bias alone picks the experts
+        "router_correction_bias": str(spec.config.get("topk_method") or "") == "noaux_tc",
     }
+
+
+def _attn_flop_dim(spec: ModelSpec) -> int:
+    """Query heads x (qk + v head dims) / 2: the width of prefill attention's two matmuls."""
+    c = spec.config
+    if spec.family == "mla_moe":
+        qk = int(c.get("qk_nope_head_dim", 128)) + int(c.get("qk_rope_head_dim", 64))
+        return spec.num_heads * (qk + int(c.get("v_head_dim", 128))) // 2
+    return spec.num_heads * int(c.get("head_dim") or int(c["hidden_size"]) // spec.num_heads)

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-COLUMNS = ("layout", "GPUs", "weights GiB/GPU", "budget GiB", "KV tokens", "verdict", "reason")
+COLUMNS = (
+    "layout",
+    "GPUs",
+    "weights GiB/GPU",
+    "budget GiB",
+    "KV tokens",
+    "single tok/s*",
+    "peak tok/s*",
+    "verdict",
+    "reason",
+)
+NUMERIC = range(1, 7)
 
 
 def _fmt(v) -> str:
@@ -29,6 +40,12 @@ def short_reason(entry: dict) -> str:
     return first if len(first) <= 60 else first[:57] + "..."
 
 
+def _peak(speed: dict | None) -> str:
+    if not speed:
+        return "-"
+    return f"{speed['peak_tok_s']:.0f} @{speed['peak_concurrency']}"
+
+
 def plan_table(plan: dict) -> list[str]:
     rows = [
         (
@@ -37,13 +54,15 @@ def plan_table(plan: dict) -> list[str]:
             _fmt(e["weights_gib_per_gpu"]),
             _fmt(e["budget_gib"]),
             _fmt(e["kv_tokens"]),
+            _fmt((e.get("speed") or {}).get("single_tok_s")),
+            _peak(e.get("speed")),
             e["verdict"],
             short_reason(e),
         )
         for e in plan["layouts"]
     ]
     widths = [max(len(str(r[i])) for r in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
-    line = "  ".join(f"{{:{'>' if 0 < i < 5 else '<'}{w}}}" for i, w in enumerate(widths)).rstrip()
+    line = "  ".join(f"{{:{'>' if i in NUMERIC else '<'}{w}}}" for i, w in enumerate(widths)).rstrip()
     out = [
         f"{plan['host']}: {plan['model']['name']} ({plan['model']['architecture']}, {plan['model']['quantization']}; "
         f"sizes from {plan['mode']}) on {plan['hardware']['gpu_count']} x {plan['hardware']['gpu_memory_gib']:g} GiB "
@@ -51,6 +70,11 @@ def plan_table(plan: dict) -> list[str]:
         line.format(*COLUMNS),
     ]
     out += [line.format(*r) for r in rows]
+    out.append(
+        "  * predicted by module_utils/sglang_layouts/speed.py (docs/cost-model.md); peak: output tok/s @ concurrency"
+        if not plan.get("speed_note")
+        else f"  * {plan['speed_note']}"
+    )
     for e in plan["layouts"]:
         for reason in e["reasons"]:
             out.append(f"  {e['verdict']}: {reason}")

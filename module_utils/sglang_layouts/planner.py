@@ -50,6 +50,7 @@ from .plan_rules import layout_problems, parallel_shape
 from .render import render_argv, render_env, slug, unit_name
 from .secrets import MASK, is_secret, mask_env
 from .secrets import patterns as secret_patterns
+from .speed import predict as predict_speed
 
 __all__ = [
     "LAYOUT_KEYS",
@@ -488,6 +489,7 @@ def plan_host(inputs: dict) -> dict:
         sglang_version = None
     sglang_table = sglang_flags(sglang_version)
     plans = [plan_layout(layout, spec, hardware, serving, cluster, sglang_version) for layout in layouts]
+    speed_note = _add_speed(plans, hardware, inputs.get("bench"))
     _unit_collisions(plans)
     _conflicts(plans, inputs.get("host"))
     _port_collisions(plans, inputs.get("host"))
@@ -507,7 +509,25 @@ def plan_host(inputs: dict) -> dict:
         "hardware": hardware,
         "serving": {k: v for k, v in serving.items() if k != "api_key_set"},
         "layouts": plans,
+        "speed_note": speed_note,
     }
+
+
+SPEED_HARDWARE_KEYS = ("gpu_name", "gpu_memory_bandwidth_gbs", "gpu_interconnect", "gpu_memory_gib")
+
+
+def _add_speed(plans: list[dict], hardware: dict, bench: dict | None) -> str | None:
+    """Each fitting layout's predicted speed (speed.py) at the inventory's benchmark; why not, once."""
+    why_not = None
+    for p in plans:
+        p["speed"] = None
+        if p["verdict"] == "fits":
+            p["speed"], why = predict_speed(p, hardware, bench)
+            why_not = why_not or why
+            if p["speed"]:
+                # what a record needs to predict this layout again at another workload (speed_check.py)
+                p["speed"]["hardware"] = {k: hardware.get(k) for k in SPEED_HARDWARE_KEYS}
+    return why_not
 
 
 def _units_here(p: dict, host: str | None) -> list[str]:

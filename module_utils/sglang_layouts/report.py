@@ -18,10 +18,19 @@ import os
 import sys
 
 from . import results as _results
+from . import speed_check
 from .fileio import write_atomic
 
 # Columns shown in REPORT.md only when some row has a value (old records and runs without an SLO or a cost).
-OPTIONAL_COLUMNS = ("slo_max_rate", "slo_goodput_tok_s", "cost_peak", "cost_slo")
+OPTIONAL_COLUMNS = (
+    "slo_max_rate",
+    "slo_goodput_tok_s",
+    "cost_peak",
+    "cost_slo",
+    "predicted_single_tok_s",
+    "predicted_peak_tok_s",
+    "speed_flag",
+)
 
 COLUMNS = (
     ("host", "host"),
@@ -32,6 +41,9 @@ COLUMNS = (
     ("single_tok_s", "single-request tok/s"),
     ("peak_tok_s", "peak tok/s"),
     ("peak_concurrency", "@ conc."),
+    ("predicted_single_tok_s", "predicted single tok/s"),
+    ("predicted_peak_tok_s", "predicted peak tok/s"),
+    ("speed_flag", "speed flag"),
     ("peak_tok_s_per_gpu", "peak tok/s/GPU"),
     ("ttft_c1_p50_ms", "TTFT c=1 p50 ms"),
     ("ttft_c1_p99_ms", "TTFT c=1 p99 ms"),
@@ -142,6 +154,7 @@ def rows(records):
                 "msg": rec.get("msg"),
                 "attempt": rec.get("attempt", 1),
                 "stalled": _stalled_levels(rec),
+                **_speed_fields(rec),
             }
         )
     return out
@@ -169,6 +182,16 @@ def _stalled_levels(rec):
             }
         )
     return out
+
+
+def _speed_fields(rec):
+    """The prediction the record was measured against, and the flag when they differ (speed_check.py)."""
+    speed = (rec.get("prediction") or {}).get("speed") or {}
+    return {
+        "predicted_single_tok_s": speed.get("single_tok_s"),
+        "predicted_peak_tok_s": speed.get("peak_tok_s"),
+        **speed_check.check(rec),
+    }
 
 
 def _slo_of(rec):
@@ -286,7 +309,44 @@ def _engine_tag(row, multi_engine):
     return f" ({row.get('engine')})" if multi_engine and row.get("engine") else ""
 
 
-def to_markdown(run_id, table, win, plots=()):
+def _speed_lines(table, reference, multi_host, multi_engine):
+    """Predicted beside measured for every level of every real row; flags with their causes; the
+    reference measurements beside the prediction for the same layout."""
+    lines = []
+    real = [r for r in table if not r["simulated"] and r.get("speed_compare")]
+    if real:
+        lines += ["", "Predicted (module_utils/sglang_layouts/speed.py) beside measured output tok/s:", ""]
+        for r in real:
+            cells = ", ".join(
+                f"{c['what']} {_fmt(c['measured'])} vs {_fmt(c['predicted'])} ({_fmt(c['ratio'])}x)"
+                for c in r["speed_compare"]
+            )
+            lines.append(f"- {_label(r, multi_host, multi_engine)}: {cells}")
+    for r in table:
+        if r.get("speed_flag"):
+            why = "; ".join(r.get("speed_flag_causes") or []) or "no cause in its own evidence"
+            lines.append(f"- **{_label(r, multi_host, multi_engine)}: {r['speed_flag']}** ({why})")
+    if reference:
+        lines += [
+            "",
+            f"Reference measurements ({reference.get('source') or 'by hand'}) beside this run's prediction:",
+            "",
+            "| host | layout | single tok/s | predicted | peak tok/s | predicted | flag |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for ref in reference["rows"]:
+            flag = ref["speed_flag"] or ""
+            if flag and ref.get("speed_flag_causes"):
+                flag += " (" + "; ".join(ref["speed_flag_causes"]) + ")"
+            lines.append(
+                f"| {ref.get('host')} | {ref.get('layout')} (reference) | {_fmt(ref.get('single_tok_s'))} | "
+                f"{_fmt(ref.get('predicted_single_tok_s'))} | {_fmt(ref.get('peak_tok_s'))} | "
+                f"{_fmt(ref.get('predicted_peak_tok_s'))} | {flag} |"
+            )
+    return lines
+
+
+def to_markdown(run_id, table, win, plots=(), reference=None):
     multi_host = len({r["host"] for r in table}) > 1
     multi_engine = len({r.get("engine") for r in table}) > 1
     simulated = any(r["simulated"] for r in table)
@@ -384,6 +444,7 @@ def to_markdown(run_id, table, win, plots=()):
             lines.append(
                 f"- {_label(r, multi_host, multi_engine)}: {r['status']}{(' - ' + why) if why else ''}"
             )
+    lines += _speed_lines(table, reference, multi_host, multi_engine)
     if plots:
         lines += [""] + [f"![{os.path.splitext(p)[0]}]({p})" for p in plots]
     lines += [
@@ -563,7 +624,7 @@ def pareto_front(points):
     return sorted(front)
 
 
-def build_report(results_dir, run_id=None, plots=True):
+def build_report(results_dir, run_id=None, plots=True, reference_path=None):
     """Write REPORT.md, summary.csv, summary.json (and the PNGs) into results/<run id>/; returns a summary."""
     run_id = _results.resolve_run_id(results_dir, run_id)
     records = sorted(
@@ -578,7 +639,12 @@ def build_report(results_dir, run_id=None, plots=True):
         # a plain ansible-core controller: the tables are the report, the plots are extras
         skipped = "Plots skipped: matplotlib is not installed on the controller (pip install matplotlib to draw them)."
     pngs = plot(records, outdir, run_id) if plots and records and skipped is None else []
-    markdown = to_markdown(run_id, table, win, pngs)
+    reference = None
+    if reference_path:
+        with open(reference_path, encoding="utf-8") as f:
+            ref_doc = json.load(f)
+        reference = {**ref_doc, "rows": speed_check.reference_rows(ref_doc, records)}
+    markdown = to_markdown(run_id, table, win, pngs, reference)
     if skipped:
         markdown = markdown.rstrip("\n") + f"\n\n{skipped}\n"
     write_atomic(os.path.join(outdir, "REPORT.md"), markdown)
@@ -591,6 +657,7 @@ def build_report(results_dir, run_id=None, plots=True):
         "engines": sorted({r["engine"] for r in table if r.get("engine")}),
         "winners": win,
         "rows": table,
+        "reference_rows": (reference or {}).get("rows") or [],
         "formulas": _results.FORMULAS,
     }
     write_atomic(os.path.join(outdir, "summary.json"), json.dumps(doc, indent=2, sort_keys=True) + "\n")
@@ -613,9 +680,14 @@ def main(argv=None):
     ap.add_argument("--run-id", default=None, help="default: the run results/latest points at")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON instead of the Markdown")
+    ap.add_argument(
+        "--reference", default=None, help="JSON of reference measurements to set beside the prediction"
+    )
     args = ap.parse_args(argv)
     try:
-        out = build_report(args.results_dir, args.run_id, plots=not args.no_plots)
+        out = build_report(
+            args.results_dir, args.run_id, plots=not args.no_plots, reference_path=args.reference
+        )
     except _results.ResultError as exc:
         print(f"report: {exc}", file=sys.stderr)
         return 2

@@ -176,6 +176,8 @@ def build_record(
                 "nodes",
                 "replicas",
                 "router",
+                "speed",
+                "cost",
             )
             if k in plan
         },
@@ -189,12 +191,24 @@ def build_record(
         "summary": summary,
         "slo_max_rate": summary.get("slo_max_rate"),
         "cost_per_mtok": cost_per_mtok(gpu_hour_cost, gpus_used, summary),
-        "levels": list((bench or {}).get("levels") or []),
+        "levels": with_predicted_speed((bench or {}).get("levels"), plan.get("speed")),
         "bench_config": (bench or {}).get("config"),
         "server": (bench or {}).get("server"),
         "formulas": FORMULAS,
         "extra": extra or {},
     }
+
+
+def with_predicted_speed(levels, speed):
+    """The bench levels, each with the output tok/s the plan predicted at its concurrency (speed.py)."""
+    by = (speed or {}).get("by_concurrency") or {}
+    out = []
+    for level in levels or []:
+        level = dict(level)
+        if level.get("concurrency") is not None:
+            level["predicted_output_tok_s"] = (by.get(str(level["concurrency"])) or {}).get("output_tok_s")
+        out.append(level)
+    return out
 
 
 def write_record(results_dir, record):

@@ -74,6 +74,9 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir, 
     assert tp8["gpu"]["gpu_count"] == 8 and tp8["health"]["ready_after_s"] > 0
     assert tp8["kv_tokens"]["measured"] == tp8["health"]["max_total_num_tokens"] > 0
     assert "ttft_ms" in tp8["formulas"] and tp8["bench_config"]["output_len"] == 8
+    # the speed it was measured against: the simulated engine runs on that same model (speed.py)
+    assert set(tp8["prediction"]["speed"]["by_concurrency"]) == {"1", "4"}
+    assert all(lv["predicted_output_tok_s"] > 0 for lv in tp8["levels"])
     # planner refusals are results, with the verdict and the reasons
     oom, inv = recs["tp4ep2.json"], recs["tp2ep4.json"]
     assert (oom["status"], oom["prediction"]["verdict"]) == ("skipped", "oom") and oom["reasons"]
@@ -82,6 +85,8 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir, 
     out_dir = results / run_id
     report = (out_dir / "REPORT.md").read_text()
     assert "Winner for single-request speed: tp8" in report and "tp8 (simulated)" in report
+    # the seed's by-hand figures beside the prediction, its TP8 flagged with the named cause
+    assert "| seed-box | tp8 (reference) | 26.3 |" in report and "slower_than_hardware" in report
     for name in ("summary.csv", "summary.json", "throughput.png", "pareto.png"):
         assert (out_dir / name).stat().st_size > 0
     assert (results / "latest").resolve() == out_dir.resolve()

@@ -122,3 +122,16 @@ def test_cost_per_mtok_at_peak_and_under_the_slo():
     assert c["peak"] == pytest.approx(8.0) and c["slo"] == pytest.approx(20.0)
     assert r.cost_per_mtok(None, 8, {"peak_output_tok_s": 1000.0})["peak"] is None
     assert r.cost_per_mtok(3.6, 8, {"peak_output_tok_s": 1000.0, "slo_goodput_tok_s": 0.0})["slo"] is None
+
+
+def test_record_keeps_the_speed_it_was_measured_against():
+    speed = {"single_tok_s": 50.0, "peak_tok_s": 90.0, "by_concurrency": {"1": {"output_tok_s": 45.0}}}
+    plan = {"verdict": "fits", "gpus_used": 8, "speed": speed}
+    bench = {
+        **_bench(),
+        "levels": [{"concurrency": 1, "output_tok_s": 40.0}, {"concurrency": 4, "output_tok_s": 80}],
+    }
+    rec = results.build_record("r1", "box", "tp8", "ok", engine="sglang", plan=plan, bench=bench)
+    assert rec["prediction"]["speed"] == speed
+    assert [lv["predicted_output_tok_s"] for lv in rec["levels"]] == [45.0, None]
+    assert "predicted_output_tok_s" not in bench["levels"][0]  # the bench facts are not changed in place

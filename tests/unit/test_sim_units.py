@@ -7,7 +7,7 @@ import json
 import pytest
 
 from sglang_sim import flags
-from sglang_sim.cost import CostModel, Stage, from_plan
+from sglang_sim.cost import DEFAULT_GPU_NAME, from_plan
 from sglang_sim.engine import Req, eos_position
 from sglang_sim.failures import format_size, oom_figures
 from tests.helpers.demo import SEED_BOX, kimi_plan
@@ -99,33 +99,20 @@ def test_the_roles_key_file_is_read_by_the_simulator(tmp_path):
         api_key_config("vllm", "s3cret")
 
 
-def test_cost_model_grows_with_batch_and_pp():
-    st = Stage(dense_bytes=4e9, expert_bytes=70e9, layers=61, collectives=123)
-    m = CostModel(
-        stages=[st], n_experts=384, top_k=8, kv_bytes_per_token_layer=1152, bandwidth_bytes_s=1792e9
-    )
-    s1, s8, s64 = (m.decode_step(b) for b in (1, 8, 64))
-    assert s1 < s8 < s64
-    # batch 1: dense + 8/384 of the experts at 70% of 1792 GB/s, plus 123 all-reduces at 60 us
-    expect = (4e9 + 70e9 * 8 / 384) / (1792e9 * 0.7) + 123 * 60e-6 + 0.3e-3
-    assert s1 == pytest.approx(expect)
-    assert m.decode_step(1, kv_tokens_in_use=100_000) > s1
-    pp = CostModel(
-        stages=[Stage(4e9 / 4, 70e9 / 4, 15, 0)] * 4,
-        n_experts=384,
-        top_k=8,
-        kv_bytes_per_token_layer=0,
-        bandwidth_bytes_s=1792e9,
-    )
-    assert pp.decode_step(4) == pytest.approx(pp.decode_step(1))  # 4 micro-batches of one
-    m.fixed_step_s = 0.01
-    assert m.decode_step(64) == 0.01
+def test_the_simulator_runs_on_the_planners_speed_model(monkeypatch):
+    """sglang_sim/cost.py holds no physics: its step is speed.py's for the same plan and host."""
+    from sglang_layouts.speed import model_for
 
-
-def test_cost_from_real_plans(monkeypatch):
+    monkeypatch.delenv("SGLANG_SIM_DECODE_STEP_MS", raising=False)
+    monkeypatch.delenv("SGLANG_SIM_PREFILL_MS_PER_TOKEN", raising=False)
     hw = {**SEED_BOX, "gpu_memory_bandwidth_gbs": 1792}
     _, tp8_plan = kimi_plan(hw, tp=8)
     tp8 = from_plan(tp8_plan, hw)
+    model, why = model_for(tp8_plan, {**hw, "gpu_name": DEFAULT_GPU_NAME})
+    assert why is None
+    for b in (1, 8, 64):
+        assert tp8.decode_step(b, 1000) == model.decode_step(b, 1000)
+    assert tp8.prefill(4096, 16) == model.prefill(4096, 16)
     pp8 = from_plan(kimi_plan(hw, pp=8)[1], hw)
     assert pp8.pp == 8 and tp8.pp == 1
     assert pp8.decode_step(1) > tp8.decode_step(1)  # PP is serial at batch 1
@@ -182,27 +169,6 @@ def test_format_size_and_oom_walk():
     assert name == "c" and tried == 15 * GIB and allocated == 80 * GIB
     assert free + reserved == pytest.approx((94.97 - 0.5 - 80) * GIB)
     assert oom_figures(seq[:2], 94.97, 0.5) is None
-
-
-def test_expert_parallel_waits_for_the_busiest_gpu():
-    """EP8 over 384 experts, top-8, batch 1: the busiest of 8 groups of 48 holds ~2.58 routed experts
-    (docs/kimi-k2-memory.md section 8); without EP every GPU reads 1/8 of all 8."""
-
-    def kimi_experts(experts_per_gpu):
-        return CostModel(
-            stages=[Stage(0, 1.0, 1, 0)],
-            n_experts=384,
-            top_k=8,
-            kv_bytes_per_token_layer=0,
-            bandwidth_bytes_s=1e9,
-            experts_per_gpu=experts_per_gpu,
-        )
-
-    ep8, tp8 = kimi_experts(48), kimi_experts(384)
-    assert 2.45 < ep8.expert_share(1) * 48 < 2.7
-    assert tp8.expert_share(1) * 384 == pytest.approx(8.0)
-    # a large batch touches nearly every expert everywhere: the imbalance fades
-    assert ep8.expert_share(512) == pytest.approx(tp8.expert_share(512), rel=0.01)
 
 
 def test_attn_dp_size_means_dp_attention():

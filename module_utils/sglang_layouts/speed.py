@@ -1,0 +1,467 @@
+"""The speed model: decode step, prefill and benchmark figures of one layout on one host.
+
+One model for the planner (each fitting layout's `speed`), the simulator (sglang_sim/cost.py is a
+thin user) and the report (predicted beside measured). docs/cost-model.md gives every constant its
+source and says which are still priors; the per-rank bytes come from memory.decode_cost.
+
+Decode step of one PP stage for a micro-batch of m requests holding T tokens of context:
+
+    t = (dense + routed(m)) / (eta * BW)  |  max with FLOPs / (eta_f * F)
+      + kv_bytes * layers * T / (eta_kv * BW)
+      + layers * K_layer * tau_k                         one floor per kernel node (CUDA graph)
+      + n_AR * (alpha + S * 2(n-1)/n / busBW)            NCCL all-reduce, S = m * hidden * 2 B
+
+routed(m): uniform top-k routing, EP waits for its busiest rank; under dummy weights a router with a
+correction bias (noaux_tc) sends every token to the same k experts, re-read once per kernel block.
+Without CUDA graphs a step costs at least its kernel launches on the host. PP as SGLang runs it:
+micro-batches of max_running_requests // pp, the overlap scheduler off, CPU per micro-batch exposed.
+Prefill: per chunk, max(FLOPs / (eta_f * F), bytes / (eta * BW)) + all-reduces + eager launches.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+from .gpu_specs import TABLE_PATH, gpu_spec
+
+# Constants: (value, status, source). status: SRC (datasheet/code), MEAS (a published or our
+# measurement), OPEN (a prior; docs/cost-model.md names the H200 run that pins it).
+CONSTANTS: dict[str, tuple[float, str, str]] = {
+    "eta_weights": (0.85, "OPEN", "weight streaming (GEMV, Marlin, fused_moe); prior, pinned by M3"),
+    "eta_kv": (0.5, "OPEN", "triton decode attention; prior band 0.3-0.7, pinned by M6"),
+    "tau_kernel_us": (2.5, "OPEN", "floor of one kernel node in a CUDA graph; prior, pinned by M3"),
+    "t_fixed_ms": (0.125, "OPEN", "sampling, final norm, graph replay per step; prior, pinned by M3"),
+    "tau_cpu_eager_us": (16.0, "OPEN", "host launch per kernel without CUDA graphs (15-18 us); pinned by M4"),
+    "tau_nccl_eager_us": (
+        36.2,
+        "MEAS",
+        "benchmarks/results/collectives-h200x2-2026-11-29.json eager all-reduce 8 KB",
+    ),
+    "t_cpu_sched_ms": (
+        1.5,
+        "OPEN",
+        "scheduler CPU exposed per step without the overlap scheduler; pinned by M5",
+    ),
+    "t_hop_ms": (0.15, "OPEN", "PP hop: NCCL p2p + gloo metadata; pinned by M8 and a 2-GPU run"),
+    "eta_f_bf16": (0.6, "OPEN", "prefill GEMM efficiency, bf16; pinned by M7"),
+    "eta_f_fp8": (0.5, "OPEN", "prefill GEMM efficiency, fp8 block-scaled; pinned by M7"),
+    "eta_f_int4": (0.3, "OPEN", "prefill efficiency of Marlin W4A16 (bf16 tensor cores); pinned by M7"),
+    "q_extra_fp8_us": (0.0, "OPEN", "extra per-layer latency of fp8 block-scaled GEMMs at M=1; pinned by M3"),
+    "marlin_block_m": (8, "SRC", "sglang fused_marlin_moe block_size_m for small batches"),
+    "triton_moe_block_m": (16, "OPEN", "fused_moe triton BLOCK_SIZE_M at small M (tuned configs)"),
+}
+
+# Our measurements replace the priors: data/speed_measured.json holds {"constants": {name: {"value",
+# "source" (the file under benchmarks/results/), "command"}}}; each entry turns its constant MEAS.
+MEASURED_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "speed_measured.json")
+
+
+def _load_measured(path: str = MEASURED_DATA) -> None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            entries = json.load(f).get("constants") or {}
+    except OSError:
+        return
+    for name, entry in entries.items():
+        if name not in CONSTANTS:
+            raise ValueError(f"{path}: {name} is not a constant of speed.py ({', '.join(CONSTANTS)})")
+        CONSTANTS[name] = (float(entry["value"]), "MEAS", f"{entry['source']} ({entry.get('command', '')})")
+
+
+_load_measured()
+
+# Kernel nodes per decoder layer (itemised from SGLang's code path; M3 counts them).
+KERNELS_PER_LAYER = {"mla_moe": 30, "gqa_moe": 20, "gqa": 12}
+
+# All-reduce by interconnect: small-message latency (us) and bus bandwidth (GB/s).
+INTERCONNECTS: dict[str, dict] = {
+    "pcie": {
+        "alpha_us": 24.0,
+        "busbw_gbs": 30.0,
+        "source": "voipmonitor/rtx6kpro hardware/pcie-bandwidth.md: NCCL all-reduce 8x PCIe 24 us, busbw 22-41 GB/s",
+    },
+    # SGLang's custom all-reduce runs on PCIe only up to two GPUs (custom_all_reduce.py)
+    "pcie_custom": {
+        "alpha_us": 8.3,
+        "busbw_gbs": 30.0,
+        "source": "voipmonitor/rtx6kpro models/kimi-k25.md: custom all-reduce ~8.3 us",
+    },
+}
+
+# NCCL on 2 x H200 over NVLink (benchmarks/bench_collectives.py), in a CUDA graph; more GPUs only
+# add ring steps, so the 2-GPU figure is a lower bound for larger TP.
+NVLINK_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "collectives_nvlink.json")
+
+
+def _nvlink() -> dict:
+    with open(NVLINK_DATA, encoding="utf-8") as f:
+        data = json.load(f)
+    ar = data["ops"]["all_reduce"]["2"]
+    return {
+        "alpha_us": float(ar["latency_us"]),
+        "busbw_gbs": float(ar["busbw_gbs"]),
+        "hop_us": float(data["ops"]["sendrecv"]["2"]["latency_us"]),
+        "source": data["source"] + " (all-reduce at 8 KB in a CUDA graph; busbw at 256 MiB)",
+    }
+
+
+INTERCONNECTS["nvlink"] = _nvlink()
+
+
+def c(name: str) -> float:
+    return CONSTANTS[name][0]
+
+
+def _flag(argv: list, name: str) -> str | None:
+    """The value of --name in argv ('' for a bare switch), None when absent."""
+    for i, a in enumerate(argv):
+        a = str(a)
+        if a == name:
+            nxt = str(argv[i + 1]) if i + 1 < len(argv) else ""
+            return "" if nxt.startswith("--") else nxt
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+class SpeedModel:
+    """Step times of one layout on one host, from the plan's `cost` and the GPU's figures."""
+
+    def __init__(self, layout_plan: dict, hardware: dict, gpu: dict):
+        cost = layout_plan.get("cost") or {}
+        self.cost = cost
+        self.gpu = gpu
+        self.stages = cost.get("stages") or []
+        self.pp = max(1, len(self.stages))
+        self.bw = float(hardware.get("gpu_memory_bandwidth_gbs") or gpu["bandwidth_gbs"]) * 1e9
+        self.bw_source = "inventory/gpu_facts" if hardware.get("gpu_memory_bandwidth_gbs") else gpu["source"]
+        self.interconnect = str(hardware.get("gpu_interconnect") or cost.get("interconnect") or "pcie")
+        argv = [str(a) for a in (layout_plan.get("argv") or [])]
+        self.cuda_graph = _flag(argv, "--disable-cuda-graph") is None
+        self.overlap = _flag(argv, "--disable-overlap-schedule") is None and self.pp == 1
+        self.custom_ar = _flag(argv, "--disable-custom-all-reduce") is None
+        mrr = _flag(argv, "--max-running-requests")
+        self.max_running = int(mrr) if mrr else None
+        cps = _flag(argv, "--chunked-prefill-size")
+        cap = float(hardware.get("gpu_memory_gib") or 80)
+        self.chunk = int(cps) if cps else (8192 if cap >= 60 else 4096)
+        self.dummy = bool(layout_plan.get("dummy_weights"))
+        self.collapsed = self.dummy and bool(cost.get("router_correction_bias"))
+        self.family = str(cost.get("family") or "gqa")
+        self.quant = str(cost.get("quant_method") or "none")
+        self.n_experts = int(cost.get("n_experts") or 0)
+        self.top_k = int(cost.get("top_k") or 0)
+        self.experts_per_gpu = int(cost.get("experts_per_gpu") or 0)
+        self.kv_bytes = float(cost.get("kv_bytes_per_token_layer") or 0)
+        self.tp = int(cost.get("tp") or 1)
+        self.dp = int(cost.get("dp") or 1)
+        self.dp_attention = bool(cost.get("dp_attention"))
+        self.ar_bytes_per_token = float(cost.get("allreduce_bytes_per_token") or 0)
+        self.hidden = int(cost.get("hidden_size") or 0)
+        self.attn_dim = int(cost.get("attn_flop_dim") or 0)
+        self.attn_tp = int(cost.get("attn_tp") or self.tp)
+        self.k_layer = KERNELS_PER_LAYER.get(self.family, KERNELS_PER_LAYER["gqa"])
+        self._share: dict[tuple[int, float], float] = {}
+        self.ar = self._allreduce_table()
+
+    # -- pieces ------------------------------------------------------------------------------
+    def _allreduce_table(self) -> dict | None:
+        if self.tp <= 1:
+            return None
+        if self.interconnect == "nvlink":
+            return INTERCONNECTS["nvlink"]
+        if self.custom_ar and self.tp <= 2:
+            return INTERCONNECTS["pcie_custom"]
+        return INTERCONNECTS["pcie"]
+
+    def allreduce_s(self, tokens: int) -> float:
+        if not self.ar:
+            return 0.0
+        n = self.tp
+        size = max(1, tokens) * self.ar_bytes_per_token
+        if self.dp_attention:
+            size *= self.dp  # the gather of every DP group's tokens before the MoE
+        return self.ar["alpha_us"] * 1e-6 + size * 2 * (n - 1) / n / (self.ar["busbw_gbs"] * 1e9)
+
+    def expert_share(self, tokens: int) -> float:
+        """Share of one rank's routed-expert bytes read for a batch of `tokens` tokens."""
+        if not (self.n_experts and self.top_k):
+            return 0.0
+        if self.collapsed:
+            # the same k experts for every token: read once per kernel block of tokens
+            block = c("marlin_block_m") if self.quant == "int4_group" else c("triton_moe_block_m")
+            return self._busiest(self.top_k / self.n_experts) * math.ceil(tokens / block)
+        f = 1.0 - (1.0 - min(1.0, self.top_k / self.n_experts)) ** tokens
+        return self._busiest(f)
+
+    def _busiest(self, f: float) -> float:
+        """E[max over EP ranks of Binomial(local experts, f)] / local experts (f without EP)."""
+        local = self.experts_per_gpu or self.n_experts
+        groups = max(1, self.n_experts // max(1, local))
+        key = (groups, round(f, 12))
+        if key in self._share:
+            return self._share[key]
+        share = f
+        if groups > 1 and 0.0 < f < 1.0:
+            cdf, pmf, e_max = 0.0, (1.0 - f) ** local, 0.0
+            for x in range(local):
+                cdf += pmf
+                e_max += 1.0 - min(1.0, cdf) ** groups
+                pmf *= (local - x) / (x + 1) * f / (1.0 - f)
+            share = e_max / local
+        self._share[key] = share
+        return share
+
+    def _eta_f(self, kind: str) -> tuple[float, float]:
+        """(efficiency, peak FLOP/s) of the GEMMs of `kind`: dense or routed weights."""
+        bf16 = float(self.gpu["bf16_tflops"]) * 1e12
+        if self.quant == "fp8_block" and self.gpu.get("fp8_tflops"):
+            return c("eta_f_fp8"), float(self.gpu["fp8_tflops"]) * 1e12
+        if self.quant == "int4_group" and kind == "routed":
+            return c("eta_f_int4"), bf16
+        return c("eta_f_bf16"), bf16
+
+    def _param_bytes(self, kind: str) -> float:
+        if self.quant == "fp8_block":
+            return 1.0
+        if self.quant == "int4_group" and kind == "routed":
+            return 0.5 + 2.0 / float(self.cost.get("int4_group_size") or 32)
+        return 2.0
+
+    def stage_terms(self, st: dict, tokens: int, kv_tokens: float, prefill: bool = False) -> dict:
+        """Seconds by term for one stage processing `tokens` tokens (one per request in decode)."""
+        layers = int(st.get("layers", 0))
+        dense = float(st.get("dense_bytes", 0))
+        lm_head = float(st.get("lm_head_bytes", 0))
+        experts = float(st.get("expert_bytes", 0))
+        share = self.expert_share(tokens)
+        bytes_ = dense + experts * share
+        memory = bytes_ / (c("eta_weights") * self.bw)
+        # FLOPs: every weight once per token (routed: k experts' worth), lm_head once per request in prefill
+        lm_tokens = 1 if prefill else tokens
+        eta_d, f_d = self._eta_f("dense")
+        eta_r, f_r = self._eta_f("routed")
+        dense_flops = 2 * tokens * (dense - lm_head) / self._param_bytes("dense")
+        dense_flops += 2 * lm_tokens * lm_head / self._param_bytes("dense")
+        routed_flops = 0.0
+        if self.n_experts:
+            per_expert = experts / self.n_experts  # one expert's bytes / expert ways, as held here
+            routed_flops = 2 * tokens * self.top_k * per_expert / self._param_bytes("routed")
+        attn_flops = 0.0
+        if prefill and self.attn_dim:
+            # causal: each token attends to half the chunk on average, plus the context before it
+            attn_flops = 4 * tokens * (tokens / 2 + kv_tokens) * self.attn_dim / self.attn_tp * layers
+        compute = dense_flops / (eta_d * f_d) + routed_flops / (eta_r * f_r) + attn_flops / (eta_d * f_d)
+        kv = 0.0 if prefill else self.kv_bytes * layers * kv_tokens / (c("eta_kv") * self.bw)
+        floors = layers * self.k_layer * c("tau_kernel_us") * 1e-6
+        if self.quant == "fp8_block":
+            floors += layers * c("q_extra_fp8_us") * 1e-6
+        collective = int(st.get("collectives", 0)) * self.allreduce_s(tokens)
+        return {"memory": memory + kv, "compute": compute, "kernel_latency": floors, "collective": collective}
+
+    def _stage_time(self, terms: dict) -> float:
+        return max(terms["memory"], terms["compute"]) + terms["kernel_latency"] + terms["collective"]
+
+    def _host_floor(self, terms_list: list[dict]) -> float:
+        """Without CUDA graphs: the host launches every kernel and collective one by one."""
+        kernels = sum(int(st.get("layers", 0)) for st in self.stages) * self.k_layer
+        colls = sum(int(st.get("collectives", 0)) for st in self.stages)
+        return kernels * c("tau_cpu_eager_us") * 1e-6 + colls * c("tau_nccl_eager_us") * 1e-6
+
+    # -- decode ------------------------------------------------------------------------------
+    def micro_batch(self, batch: int) -> int:
+        if self.pp == 1:
+            return batch
+        cap = max(1, (self.max_running or 4096) // self.pp)
+        return max(1, min(batch, cap))
+
+    def decode_terms(self, batch: int, kv_tokens_in_use: float = 0.0) -> dict:
+        """Seconds per decode step (each running request gets one token) and its terms."""
+        batch = max(1, int(batch))
+        t_cpu = c("t_cpu_sched_ms") * 1e-3
+        t_hop = c("t_hop_ms") * 1e-3
+        t_fixed = c("t_fixed_ms") * 1e-3
+        if self.pp == 1:
+            terms = self.stage_terms(self.stages[0], batch, kv_tokens_in_use) if self.stages else {}
+            gpu = self._stage_time(terms) + t_fixed if terms else t_fixed
+            cpu = 0.0 if self.overlap else t_cpu
+            if not self.cuda_graph:
+                host = self._host_floor([terms])
+                if host > gpu:
+                    cpu += host - gpu
+            return {**terms, "cpu": cpu, "fixed": t_fixed, "step_s": gpu + cpu}
+        mb = self.micro_batch(batch)
+        n_mb = math.ceil(batch / mb)
+        kv_per_mb = kv_tokens_in_use * mb / batch
+        per_stage = [self.stage_terms(st, mb, kv_per_mb) for st in self.stages]
+        times = [self._stage_time(t) for t in per_stage]
+        total = {k: sum(t[k] for t in per_stage) for k in per_stage[0]}
+        if batch == 1:
+            step = sum(times) + self.pp * t_hop + t_cpu / 2 + t_fixed
+            cpu = t_cpu / 2 + self.pp * t_hop
+        else:
+            ring = sum(times) + self.pp * (t_cpu + t_hop)
+            period = n_mb * (max(times) + t_cpu + t_hop)
+            step = max(period, ring)
+            if n_mb >= self.pp:
+                step *= self.pp / (self.pp - 1)  # the return trip of the last micro-batch is never hidden
+            step += t_fixed
+            cpu = step - sum(times) - t_fixed
+        if not self.cuda_graph:
+            step = max(step, self._host_floor(per_stage))
+        return {**total, "cpu": max(0.0, cpu), "fixed": t_fixed, "step_s": step}
+
+    def decode_step(self, batch: int, kv_tokens_in_use: float = 0.0) -> float:
+        if batch <= 0:
+            return 0.0
+        return self.decode_terms(batch, kv_tokens_in_use)["step_s"]
+
+    # -- prefill -----------------------------------------------------------------------------
+    def prefill(self, new_tokens: int, batch: int = 1) -> float:
+        """Seconds to prefill `new_tokens` prompt tokens of `batch` requests, chunk by chunk."""
+        left, done, t = max(1, int(new_tokens)), 0, 0.0
+        while left > 0:
+            n = min(left, self.chunk)
+            for st in self.stages:
+                terms = self.stage_terms(st, n, done, prefill=True)
+                gpu = max(terms["memory"], terms["compute"]) + terms["collective"]
+                kernels = int(st.get("layers", 0)) * self.k_layer
+                # prefill runs without a CUDA graph: every kernel is launched from the host
+                t += max(gpu, kernels * c("tau_cpu_eager_us") * 1e-6)
+            t += (self.pp - 1) * c("t_hop_ms") * 1e-3 + c("t_fixed_ms") * 1e-3
+            done = done + n if batch <= 1 else done
+            left -= n
+        return t
+
+    # -- the benchmark -----------------------------------------------------------------------
+    def bench_level(self, conc: int, input_len: int, output_len: int, kv_tokens: int | None) -> dict:
+        """One bench_serving level of `conc` requests of fixed lengths, all sent at once."""
+        return self.simulate(conc, [input_len] * conc, [output_len] * conc, kv_tokens)
+
+    def simulate(self, conc: int, input_lens: list, output_lens: list, kv_tokens: int | None) -> dict:
+        """A closed-loop client keeping `conc` requests in flight over the given requests, against
+        SGLang's scheduling: new requests are prefilled (up to 16384 prompt tokens a batch) while
+        decoding waits, then every running request gets one token per decode step."""
+        limit = conc
+        if self.max_running:
+            limit = min(limit, self.max_running)
+        queue = list(zip(input_lens, output_lens, strict=True))
+        if kv_tokens:
+            per_req = max(i + o for i, o in queue) if queue else 1
+            limit = max(1, min(limit, int(kv_tokens) // max(1, per_req)))
+        t, tokens, ttfts, itls, running = 0.0, 0, [], [], []  # running: [prompt, done, wanted]
+        while queue or running:
+            if queue and len(running) < limit:
+                new, budget = [], 16384
+                while queue and len(running) + len(new) < limit and (not new or budget >= queue[0][0]):
+                    i, o = queue.pop(0)
+                    budget -= i
+                    new.append([i, 1, o])
+                t += self.prefill(sum(r[0] for r in new), len(new))
+                ttfts += [t] * len(new)
+                tokens += len(new)
+                running += [r for r in new if r[1] < r[2]]
+                continue
+            ctx = sum(r[0] + r[1] for r in running)
+            step = self.decode_step(len(running), ctx)
+            t += step
+            itls.append(step)
+            tokens += len(running)
+            for r in running:
+                r[1] += 1
+            running = [r for r in running if r[1] < r[2]]
+        return {
+            "output_tok_s": round(tokens / t, 1) if t > 0 else 0.0,
+            "ttft_ms": round(sum(ttfts) / len(ttfts) * 1e3, 1) if ttfts else None,
+            "itl_ms": round(sum(itls) / len(itls) * 1e3, 3) if itls else None,
+            "running": limit,
+        }
+
+    def bound(self, batch: int, kv_tokens_in_use: float) -> str:
+        terms = self.decode_terms(batch, kv_tokens_in_use)
+        names = ("memory", "compute", "collective", "cpu", "kernel_latency")
+        return max(names, key=lambda k: terms.get(k, 0.0))
+
+    def assumptions(self) -> list[str]:
+        out = [
+            f"GPU {self.gpu.get('pattern')}: {self.bw / 1e9:.0f} GB/s ({self.bw_source}), "
+            f"{self.gpu['bf16_tflops']} bf16 TFLOP/s dense",
+            "CUDA graphs on" if self.cuda_graph else "CUDA graphs off: every kernel launched from the host",
+            "overlap scheduler on"
+            if self.overlap
+            else "overlap scheduler off: scheduler CPU exposed each step",
+        ]
+        if self.ar:
+            out.append(
+                f"all-reduce {self.ar['alpha_us']} us + bytes / {self.ar['busbw_gbs']} GB/s ({self.ar['source']})"
+            )
+        if self.pp > 1:
+            out.append(
+                f"PP {self.pp}: micro-batches of {self.micro_batch(4096)} (max_running_requests // pp)"
+            )
+        if self.collapsed:
+            out.append("dummy weights + correction-bias router: every token routed to the same top-k experts")
+        elif self.n_experts:
+            out.append(
+                "uniform top-k routing"
+                + (
+                    ", EP waits for its busiest rank"
+                    if self.experts_per_gpu and self.experts_per_gpu < self.n_experts
+                    else ""
+                )
+            )
+        out.append(
+            "priors not yet pinned by a measurement: "
+            + ", ".join(k for k, v in CONSTANTS.items() if v[1] == "OPEN")
+        )
+        return out
+
+
+def model_for(layout_plan: dict, hardware: dict) -> tuple[SpeedModel | None, str | None]:
+    """The layout's speed model, or (None, why) when the GPU is not in the table."""
+    name = hardware.get("gpu_name")
+    if not name:
+        return (
+            None,
+            f"no speed prediction: gpu_name is not set (gpu_facts fills it; or set it in the inventory, a name in {TABLE_PATH})",
+        )
+    gpu = gpu_spec(name)
+    if not gpu or not gpu.get("bf16_tflops"):
+        return (
+            None,
+            f"no speed prediction: GPU {name!r} has no figures in {TABLE_PATH}; add its bandwidth and TFLOP/s there",
+        )
+    if not (layout_plan.get("cost") or {}).get("stages"):
+        return None, "no speed prediction: the layout has no per-rank cost (it does not fit)"
+    return SpeedModel(layout_plan, hardware, gpu), None
+
+
+def predict(layout_plan: dict, hardware: dict, bench: dict | None) -> tuple[dict | None, str | None]:
+    """The plan's `speed` block for one fitting layout at the inventory's benchmark, or (None, why)."""
+    model, why = model_for(layout_plan, hardware)
+    if model is None:
+        return None, why
+    bench = bench or {}
+    concurrency = [int(x) for x in (bench.get("concurrency") or [1, 2, 4, 8, 16, 32, 64])]
+    input_len = int(bench.get("input_len") or 1024)
+    output_len = int(bench.get("output_len") or 256)
+    kv_tokens = layout_plan.get("kv_tokens")
+    by = {str(cc): model.bench_level(cc, input_len, output_len, kv_tokens) for cc in concurrency}
+    peak_c = max(by, key=lambda k: by[k]["output_tok_s"])
+    single = 1.0 / model.decode_step(1, input_len + output_len / 2)
+    running = by[peak_c]["running"]
+    return {
+        "single_tok_s": round(single, 1),
+        "peak_tok_s": by[peak_c]["output_tok_s"],
+        "peak_concurrency": int(peak_c),
+        "bound": model.bound(running, running * (input_len + output_len / 2)),
+        "by_concurrency": {
+            k: {"output_tok_s": v["output_tok_s"], "ttft_ms": v["ttft_ms"], "itl_ms": v["itl_ms"]}
+            for k, v in by.items()
+        },
+        "input_len": input_len,
+        "output_len": output_len,
+        "assumptions": model.assumptions(),
+    }, None
