@@ -74,10 +74,10 @@ CASES = [
     ),
     Case(
         "unit-name-collision",
-        "layouts named 'a b' and 'a-b' (one unit name)",
-        {"sglang_layouts": [{"name": "a b", "tp": 8}, {"name": "a-b", "tp": 8}]},
+        "layouts named 'a.b' and 'a-b' (one unit name)",
+        {"sglang_layouts": [{"name": "a.b", "tp": 8}, {"name": "a-b", "tp": 8}]},
         "error",
-        ["'a b'", "'a-b'", "sglang-kimi-k2-6-a-b.service", "Rename one"],
+        ["'a.b'", "'a-b'", "sglang-kimi-k2-6-a-b.service", "Rename one"],
         also=[
             "tests/integration/test_service_process.py::test_bad_deploys_change_nothing_and_the_running_layout_keeps_running"
         ],
@@ -123,6 +123,7 @@ CASES = [
         {
             "sglang_model": {
                 "name": "kimi\nUser=root",
+                "path": "/models/kimi",
                 "hf_config_file": "{repo}/models/kimi-k2.6/config.json",
             }
         },
@@ -169,7 +170,7 @@ CASES = [
         "a layout name with no letter or digit",
         {"sglang_layouts": [{"name": "!!!", "tp": 8}]},
         "error",
-        ["layout '!!!'", "no letter or digit", "name: tp8"],
+        ["sglang_layouts '!!!'", "name has characters", "name: tp8"],
     ),
     Case(
         "default-port-collision",
@@ -245,7 +246,7 @@ CASES = [
         "port: 70000",
         {"sglang_layouts": _lay(port=70000)},
         "error",
-        ["layout tp8: port 70000 is not a TCP port"],
+        ["layout tp8: port 70000 is out of range", "1024-65535"],
     ),
     Case(
         "args-not-a-mapping",
@@ -266,7 +267,7 @@ CASES = [
         "a layout with no name:",
         {"sglang_layouts": [{"tp": 8}]},
         "error",
-        ["has no name", "needs name:"],
+        ["sglang_layouts entry 1 has no name", "name: tp8"],
     ),
     Case(
         "layouts-empty",
@@ -350,7 +351,7 @@ CASES = [
     Case(
         "unknown-architecture",
         "a model architecture the planner does not know",
-        {"sglang_model": {"name": "foo", "hf_config_file": "{tmp}/foo.json"}},
+        {"sglang_model": {"name": "foo", "path": "/models/foo", "hf_config_file": "{tmp}/foo.json"}},
         "error",
         ["FooForCausalLM"],
         files={"foo.json": '{"architectures": ["FooForCausalLM"], "hidden_size": 8}'},
@@ -358,7 +359,7 @@ CASES = [
     Case(
         "config-not-json",
         "a config.json that does not parse",
-        {"sglang_model": {"name": "broken", "hf_config_file": "{tmp}/broken.json"}},
+        {"sglang_model": {"name": "broken", "path": "/models/broken", "hf_config_file": "{tmp}/broken.json"}},
         "error",
         ["broken.json is not valid JSON"],
         files={"broken.json": '{"architectures": ["DeepseekV3ForCausalLM",'},
