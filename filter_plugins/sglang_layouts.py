@@ -84,6 +84,8 @@ def sglang_host_addresses(hosts, hostvars):
 _FACES = {
     # sglang_plan_inputs -> the plan document (docs/ARCHITECTURE.md)
     "sglang_plan": ("planner.plan_host", "planner.PlanError"),
+    # the same as {plan: ...} or {refused: the message}: the role fails with the message alone
+    "sglang_plan_outcome": ("plan_validate.plan_outcome",),
     # one layout of a plan document, or an error naming the known layouts
     "sglang_layout_plan": ("planner.layout_plan", "planner.PlanError"),
     "sglang_layout_secret_env": (_layout_secret_env, "planner.PlanError"),

@@ -311,4 +311,15 @@ def check_replica_reach(plan: dict, bind: str) -> None:
         )
 
 
-__all__ = ["NAME_RULE", "check_inputs", "check_port", "secret_flag"]
+def plan_outcome(inputs) -> dict:
+    """{"plan": the plan document} or {"refused": the planner's message}: a refusal as data, which the
+    role prints once (a raised filter error is printed with its whole cause chain)."""
+    from .planner import plan_host  # the planner imports this module
+
+    try:
+        return {"plan": plan_host(inputs)}
+    except PlanError as e:
+        return {"refused": str(e)}
+
+
+__all__ = ["NAME_RULE", "check_inputs", "check_port", "plan_outcome", "secret_flag"]
