@@ -260,7 +260,11 @@ def test_public_address_needs_an_api_key(repo):
 
 def test_unknown_architecture_lists_supported(repo):
     with pytest.raises(PlanError) as exc:
-        plan(repo, [{"name": "a"}], model={"name": "m", "path": "/models/m", "hf_config": {"architectures": ["GPT2LMHeadModel"]}})
+        plan(
+            repo,
+            [{"name": "a"}],
+            model={"name": "m", "path": "/models/m", "hf_config": {"architectures": ["GPT2LMHeadModel"]}},
+        )
     assert "GPT2LMHeadModel" in str(exc.value) and "Qwen3MoeForCausalLM" in str(exc.value)
 
 
@@ -398,7 +402,9 @@ def test_safetensors_mode_reads_exact_sizes(tmp_path, repo):
     layouts = [{"name": "tp2", "tp": 2}]
     hw = {"gpu_count": 2, "gpu_memory_gib": 16, "gpu_interconnect": "pcie"}
     from_files = plan(repo, layouts, hardware=hw, model={"name": "tiny", "path": str(tmp_path)})
-    from_config = plan(repo, layouts, hardware=hw, model={"name": "tiny", "path": "/models/tiny", "hf_config": cfg})
+    from_config = plan(
+        repo, layouts, hardware=hw, model={"name": "tiny", "path": "/models/tiny", "hf_config": cfg}
+    )
     assert from_files["mode"] == "safetensors" and from_config["mode"] == "config"
     assert from_files["layouts"][0]["verdict"] == "fits", from_files["layouts"][0]["reasons"]
     a = from_files["layouts"][0]["ranks"][0]["components"]
@@ -504,7 +510,9 @@ def test_replicas_over_hosts_bound_to_loopback_are_refused(repo):
         "serving": DEMO_SERVING,
         "cluster": {"group": "g", "hosts": ["a", "b"], "addresses": ["10.0.0.1", "10.0.0.2"]},
     }
-    with pytest.raises(PlanError, match=r"replicas on b bind 127.0.0.1, but the router on a .* sglang_api_key"):
+    with pytest.raises(
+        PlanError, match=r"replicas on b bind 127.0.0.1, but the router on a .* sglang_api_key"
+    ):
         planner.plan_host(inputs)
 
 
