@@ -169,6 +169,8 @@ def normalize_layout(layout: dict) -> dict:
         gpus = layout["gpus"]
         if isinstance(gpus, str):
             gpus = [g for g in gpus.split(",") if g.strip()]
+        if not isinstance(gpus, list | tuple):
+            raise PlanError(f"{where} gpus must be a list of device ids, e.g. gpus: [0, 1], not {gpus!r}")
         out["gpus"] = [_int(g, f"{where} gpus entry", minimum=0) for g in gpus]
     if not isinstance(layout.get("args") or {}, dict):
         raise PlanError(f"{where} args must be a mapping of SGLang flags, e.g. {{kv_cache_dtype: fp8_e4m3}}")
@@ -178,6 +180,11 @@ def normalize_layout(layout: dict) -> dict:
 def normalize_cluster(cluster: dict | None, host: str | None) -> dict:
     """The inventory group a multi-node layout spans: host names and addresses in inventory order."""
     cluster = dict(cluster or {})
+    for key in ("hosts", "addresses"):
+        if cluster.get(key) is not None and not isinstance(cluster[key], list | tuple):
+            raise PlanError(
+                f"the cluster's {key} must be a list (sglang_cluster_group's hosts), not {cluster[key]!r}"
+            )
     hosts = [str(h) for h in cluster.get("hosts") or ([host] if host else [])]
     given = list(cluster.get("addresses") or [])
     addresses = [
