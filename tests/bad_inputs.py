@@ -538,7 +538,7 @@ SECOND_ROUND = [
         "env: {HF_TOKEN: {...}} (a mapping)",
         {"sglang_layouts": _lay(env={"HF_TOKEN": {"v": SECRET}})},
         "error",
-        ["env.HF_TOKEN must be a string or a number, not a dict"],
+        ["env.HF_TOKEN must be a string or a number, not a mapping"],
     ),
     Case(
         "env-token-newline",
@@ -559,7 +559,7 @@ SECOND_ROUND = [
         "sglang_secret_env: 5",
         {"sglang_secret_env": 5},
         "error",
-        ["sglang_secret_env must be a list", "not a int"],
+        ["sglang_secret_env must be a list", "not a number"],
     ),
     Case(
         "secret-env-list-of-int",
@@ -1036,14 +1036,14 @@ SECOND_ROUND = [
         "name: [tp8]",
         {"sglang_layouts": [{"name": ["tp8"], "tp": 8}]},
         "error",
-        ["entry 1: name must be text, not list"],
+        ["entry 1: name must be text, not a list"],
     ),
     Case(
         "name-bool",
         "name: true",
         {"sglang_layouts": [{"name": True, "tp": 8}]},
         "error",
-        ["entry 1: name must be text, not bool"],
+        ["entry 1: name must be text, not true/false"],
     ),
     Case(
         "name-leading-dot",
@@ -1093,14 +1093,14 @@ SECOND_ROUND = [
         "a layout given as a string",
         {"sglang_layouts": ["tp8"]},
         "error",
-        ["sglang_layouts entry 1 must be a mapping", "not str"],
+        ["sglang_layouts entry 1 must be a mapping", "not text"],
     ),
     Case(
         "layout-entry-list",
         "a layout given as a list",
         {"sglang_layouts": [["tp8", 8]]},
         "error",
-        ["entry 1 must be a mapping", "not list"],
+        ["entry 1 must be a mapping", "not a list"],
     ),
     Case(
         "layout-entry-null",
@@ -1114,14 +1114,14 @@ SECOND_ROUND = [
         "sglang_model: deepseek-ai/DeepSeek-V3 (a string)",
         {"sglang_model": "deepseek-ai/DeepSeek-V3"},
         "error",
-        ["sglang_model must be a mapping with name and path", "not str"],
+        ["sglang_model must be a mapping with name and path", "not text"],
     ),
     Case(
         "model-list",
         "sglang_model as a list",
         {"sglang_model": ["kimi"]},
         "error",
-        ["sglang_model must be a mapping", "not list"],
+        ["sglang_model must be a mapping", "not a list"],
     ),
     Case(
         "model-no-path",
@@ -1135,7 +1135,7 @@ SECOND_ROUND = [
         "sglang_model.path: 5",
         {"sglang_model": {"name": "m", "path": 5}},
         "error",
-        ["sglang_model.path must be text", "not int"],
+        ["sglang_model.path must be text", "not a number"],
     ),
     Case(
         "model-no-name",

@@ -24,6 +24,24 @@ class PlanError(ValueError):
     """Bad input. The message says what is wrong and what to do."""
 
 
+def kind_of(value) -> str:
+    """A value's kind as a message names it ("a list", "a number"), the same for Ansible's tagged
+    subclasses of str, int, dict and list as for plain Python values."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return type(value).__name__
+
+
 # How a tensor is split across the ranks of one pipeline stage.
 SHARD_KINDS = (
     "replicated",  # every rank holds all of it (norms, router, MLA down-projections)
@@ -292,7 +310,7 @@ def load_model(model: dict) -> ModelSpec:
         raise PlanError("sglang_model must be a mapping with at least name and path (or hf_config)")
     raw, source = _hf_config(model)
     if not isinstance(raw, dict):
-        raise PlanError(f"{source}: a model config must be a JSON object, not a {type(raw).__name__}")
+        raise PlanError(f"{source}: a model config must be a JSON object, not {kind_of(raw)}")
     archs = raw.get("architectures") or []
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
         raise PlanError(f'{source}: architectures must be a list of names, e.g. ["DeepseekV3ForCausalLM"]')
@@ -317,7 +335,7 @@ def load_model(model: dict) -> ModelSpec:
     _check_config(config, source, ARCH_FAMILIES[arch])
     qc = config.get("quantization_config")
     if qc is not None and not isinstance(qc, dict):
-        raise PlanError(f"{source}: quantization_config must be a mapping, not a {type(qc).__name__}")
+        raise PlanError(f"{source}: quantization_config must be a mapping, not {kind_of(qc)}")
     quant = _quantization(qc, config.get("torch_dtype") or raw.get("torch_dtype"))
     spec = ModelSpec(
         name=str(model["name"]),

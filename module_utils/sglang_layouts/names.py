@@ -27,7 +27,11 @@ def layout_name_problem(name) -> str | None:
     """Why `name` cannot name a layout (a sentence without the name), or None. Values are not echoed
     whole: a name given by mistake may be anything, a secret included."""
     if isinstance(name, bool) or not isinstance(name, str | int | float):
-        return f"must be text, not {type(name).__name__}"
+        kind = {bool: "true/false", type(None): "null"}.get(type(name))
+        kind = kind or (
+            "a list" if isinstance(name, list | tuple) else "a mapping" if isinstance(name, dict) else ""
+        )
+        return f"must be text, not {kind or type(name).__name__}"
     if not isinstance(name, str):
         return f"must be text, not a number: quote it (name: '{name}')"
     if name in RESERVED:

@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 
-from .model import PlanError
+from .model import PlanError, kind_of
 from .names import layout_name_problem, suggest
 from .plan_validate import check_bind, check_planner_env, check_port
 from .render import slug
@@ -94,7 +94,7 @@ def check_env(env, where: str, key: str = "env") -> dict[str, str]:
     if env is None:
         return {}
     if not isinstance(env, dict):
-        raise PlanError(f"{where} {key} must be a mapping of NAME: value, not a {type(env).__name__}")
+        raise PlanError(f"{where} {key} must be a mapping of NAME: value, not {kind_of(env)}")
     out = {}
     for name, value in env.items():
         name = str(name)
@@ -108,7 +108,7 @@ def check_env(env, where: str, key: str = "env") -> dict[str, str]:
         if isinstance(value, dict | list):
             # the value is not shown: a secret given in the wrong shape is still a secret
             raise PlanError(
-                f"{where} {key}.{name} must be a string or a number, not a {type(value).__name__} "
+                f"{where} {key}.{name} must be a string or a number, not {kind_of(value)} "
                 "(the value is not shown)"
             )
         check_text(value, where, f"{key}.{name}")
@@ -118,7 +118,7 @@ def check_env(env, where: str, key: str = "env") -> dict[str, str]:
 
 def normalize_layout(layout: dict) -> dict:
     if not isinstance(layout, dict):
-        raise PlanError(f"each entry of sglang_layouts must be a mapping, not a {type(layout).__name__}")
+        raise PlanError(f"each entry of sglang_layouts must be a mapping, not {kind_of(layout)}")
     name = layout.get("name")
     if name is None or name == "":
         raise PlanError("a layout has no name: every entry of sglang_layouts needs one, e.g. name: tp8")
@@ -259,7 +259,7 @@ def normalize_serving(serving: dict) -> dict:
     ):
         raise PlanError(
             "sglang_secret_env must be a list of names or patterns, e.g. ['HF_TOKEN', '*_KEY'], "
-            f"not a {type(secret_env).__name__}"
+            f"not {kind_of(secret_env)}"
         )
     out["secret_env"] = secret_patterns(secret_env)
     check_bind("sglang_host", out["host"], out["api_key_set"])

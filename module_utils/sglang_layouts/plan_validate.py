@@ -11,7 +11,7 @@ nothing (no plan JSON, no unit, no record).
 
 from __future__ import annotations
 
-from .model import PlanError
+from .model import PlanError, kind_of
 from .names import NAME_RULE, layout_name_problem, suggest
 from .secrets import carries_credential
 
@@ -26,7 +26,7 @@ _MANY = ("+", "*")
 
 
 def _type(value) -> str:
-    return "null" if value is None else type(value).__name__
+    return kind_of(value)
 
 
 # ---------------------------------------------------------------------------

@@ -41,8 +41,13 @@ def carries_credential(value) -> bool:
 
 
 def is_secret(name: str, secret_env=None, value=None) -> bool:
+    """By name (the patterns), by value (a credential's shape), or already masked by the planner."""
     up = str(name).upper()
-    return carries_credential(value) or any(fnmatch.fnmatchcase(up, p.upper()) for p in patterns(secret_env))
+    return (
+        value == MASK
+        or carries_credential(value)
+        or any(fnmatch.fnmatchcase(up, p.upper()) for p in patterns(secret_env))
+    )
 
 
 def split_env(env: dict | None, secret_env=None) -> tuple[dict, dict]:
