@@ -32,8 +32,12 @@ S ?=
 
 .PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test test-checks-then-suites lint unit integration conformance molecule bench-sim bench-client bench-rate bench-health bench-health-replay bench-plan flags reliability clean
 
+# The descriptions name make variables: printed with their values (make help INVENTORY=inventory/x).
 help: ## list the targets
-	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  make %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST) \
+	  | sed -e 's|$$(INVENTORY)|$(INVENTORY)|g' -e 's|$$(SGLANG_VERSION)|$(SGLANG_VERSION)|g' \
+	        -e 's|$$(VLLM_VERSION)|$(VLLM_VERSION)|g'
+	@echo "  (INVENTORY=$(INVENTORY); other playbooks: . .venv/bin/activate, then ansible-playbook from this folder)"
 
 $(STAMP): requirements.txt ci/collections.sh
 	test -x $(PY) || python3 -m venv $(VENV)
