@@ -102,7 +102,7 @@ _FACES = {
     # where a layout's units run, the stop order, one outcome from every node's (placement.py)
     "sglang_units_on": ("placement.units_on",),
     "sglang_units_of_layouts": ("placement.units_of_layouts",),
-    "sglang_stop_order": ("placement.stop_order",),
+    "sglang_stop_order": ("placement.stop_order", "planner.PlanError"),
     "sglang_first_failure": ("placement.first_failure",),
     "sglang_nodes_outcome": ("placement.nodes_outcome",),
     # wheel file names -> exact pins; pip steps without some pins (wheels.py)

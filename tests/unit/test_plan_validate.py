@@ -97,3 +97,15 @@ def test_a_public_bind_with_the_key_plans_and_the_replicas_reach_the_router(repo
     )["layouts"][0]
     assert [u["argv"][u["argv"].index("--host") + 1] for u in entry["units"][:2]] == ["0.0.0.0", "0.0.0.0"]
     assert entry["router"]["workers"] == ["http://10.0.0.0:30001", "http://10.0.0.1:30002"]
+
+
+def test_the_stop_path_knows_only_the_plans_names_and_all(repo):
+    from sglang_layouts import placement
+
+    doc = planner.plan_host(_inputs(repo, [{"name": "tp8", "tp": 8}]))
+    assert placement.stop_order(doc, "a", "tp8")["all"] == ["sglang-kimi-k2-6-tp8.service"]
+    assert placement.stop_order(doc, "a", "all")["all"] == ["sglang-kimi-k2-6-tp8.service"]
+    with pytest.raises(
+        planner.PlanError, match=r"-e layout=tp9: no layout of the plan has this name \(known: tp8\)"
+    ):
+        placement.stop_order(doc, "a", "tp9")
