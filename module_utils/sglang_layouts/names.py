@@ -4,12 +4,14 @@ A layout name becomes a results file name (results/<run>/<host>/<name>.json), a 
 a word in a unit's Description=, and `-e layout=<name>` selects it in stop.yml. So it is what the
 result store accepts (letters, digits, '_', '-', '.', '@', '+', at most 128 characters, starting with
 a letter or digit), and it is none of the words the tools give a meaning of their own.
-Standard library only.
+Standard library only (and model.py's kind_of).
 """
 
 from __future__ import annotations
 
 import re
+
+from .model import kind_of
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$")
 NAME_RULE = (
@@ -26,14 +28,10 @@ RESERVED = {
 def layout_name_problem(name) -> str | None:
     """Why `name` cannot name a layout (a sentence without the name), or None. Values are not echoed
     whole: a name given by mistake may be anything, a secret included."""
-    if isinstance(name, bool) or not isinstance(name, str | int | float):
-        kind = {bool: "true/false", type(None): "null"}.get(type(name))
-        kind = kind or (
-            "a list" if isinstance(name, list | tuple) else "a mapping" if isinstance(name, dict) else ""
-        )
-        return f"must be text, not {kind or type(name).__name__}"
-    if not isinstance(name, str):
+    if isinstance(name, int | float) and not isinstance(name, bool):
         return f"must be text, not a number: quote it (name: '{name}')"
+    if not isinstance(name, str):
+        return f"must be text, not {kind_of(name)}"
     if name in RESERVED:
         return f"is reserved ({RESERVED[name]})"
     if len(name) > 128:

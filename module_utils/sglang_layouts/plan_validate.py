@@ -215,8 +215,8 @@ def check_arg_values(name: str, args: dict, flags: dict, eng, api_key_set: bool)
 
 # One range rule per serving value, wherever it is given (a group variable or a layout's args:).
 _SERVING_NUMBERS = {
-    "context_length": ("sglang_context_length", int),
-    "max_running_requests": ("sglang_max_running_requests", int),
+    "context_length": "sglang_context_length",
+    "max_running_requests": "sglang_max_running_requests",
 }
 
 
@@ -225,7 +225,7 @@ def check_serving_overrides(name: str, args: dict, eng) -> None:
     for key, flag in eng.serving_flags.items():
         if flag not in args or key not in _SERVING_NUMBERS:
             continue
-        var, _kind = _SERVING_NUMBERS[key]
+        var = _SERVING_NUMBERS[key]
         value = args[flag]
         if isinstance(value, bool) or not isinstance(value, int | str | float):
             continue  # check_arg_values names the type
