@@ -1155,7 +1155,7 @@ SECOND_ROUND = [
             }
         },
         "error",
-        ["sglang_model.hf_config_file", "differ", "Remove hf_config_file"],
+        ["sglang_model.hf_config_file", "name different models", "Remove hf_config_file"],
         files={"config.json": LLAMA_CONFIG},
     ),
     Case(

@@ -242,8 +242,8 @@ def _hf_config(model: dict) -> tuple[dict, str]:
 
     Precedence (README, "How the model's config is found"): sglang_model.hf_config (inline), then
     hf_config_file (a file on the controller), then <path>/config.json when the controller can read
-    it. A hf_config_file that differs from a readable <path>/config.json is refused: one of them
-    names another model."""
+    it. A hf_config_file whose model (architecture, shape) differs from a readable <path>/config.json
+    is refused: one of them names another model."""
     path = model.get("path")
     at_path = os.path.join(str(path), "config.json") if path else ""
     if model.get("hf_config"):
@@ -256,10 +256,11 @@ def _hf_config(model: dict) -> tuple[dict, str]:
         elsewhere = (
             at_path and os.path.isfile(at_path) and os.path.realpath(at_path) != os.path.realpath(given)
         )
-        if elsewhere and _read_json(at_path) != raw:
+        # another model, not a copy the roles made from hf_config_file (which may lag behind an edit)
+        if elsewhere and _model_identity(_read_json(at_path)) != _model_identity(raw):
             raise PlanError(
                 f"sglang_model.hf_config_file ({given}) and sglang_model.path's config.json ({at_path}) "
-                "differ: one names another model. Remove hf_config_file, or point it at this model's config."
+                "name different models. Remove hf_config_file, or point it at this model's config."
             )
         return raw, f"{given} (sglang_model.hf_config_file)"
     if at_path and os.path.isfile(at_path):
@@ -269,6 +270,24 @@ def _hf_config(model: dict) -> tuple[dict, str]:
         f"mapping) or sglang_model.hf_config_file (a path on the controller), or make "
         f"{path or 'sglang_model.path'}/config.json readable on the controller"
     )
+
+
+_IDENTITY = (
+    "architectures",
+    "model_type",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "vocab_size",
+)
+
+
+def _model_identity(raw) -> tuple:
+    """What tells two config.json files of different models apart (a text_config's too)."""
+    if not isinstance(raw, dict):
+        return (repr(raw),)
+    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
+    return tuple(repr(raw.get(k)) for k in _IDENTITY) + tuple(repr(text.get(k)) for k in _IDENTITY)
 
 
 def _quantization(qc: dict | None, torch_dtype: str) -> Quantization:

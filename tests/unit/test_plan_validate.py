@@ -109,3 +109,22 @@ def test_the_stop_path_knows_only_the_plans_names_and_all(repo):
         planner.PlanError, match=r"-e layout=tp9: no layout of the plan has this name \(known: tp8\)"
     ):
         placement.stop_order(doc, "a", "tp9")
+
+
+def test_a_copy_of_the_same_model_at_path_is_not_another_model(repo, tmp_path):
+    """The roles copy hf_config_file to path (the demo, dummy weights): an edit the copy lags behind
+    is the same model; a config of another architecture or shape is refused."""
+    import json
+
+    from sglang_layouts.model import load_model
+
+    given = repo / "models" / "kimi-k2.6" / "config.json"
+    copy = json.loads(given.read_text())
+    copy["_note"] = "copied before an edit"
+    (tmp_path / "config.json").write_text(json.dumps(copy))
+    spec = load_model({"name": "k", "path": str(tmp_path), "hf_config_file": str(given)})
+    assert spec.config_source == f"{given} (sglang_model.hf_config_file)"
+    copy["text_config"]["num_hidden_layers"] = 8
+    (tmp_path / "config.json").write_text(json.dumps(copy))
+    with pytest.raises(planner.PlanError, match="name different models"):
+        load_model({"name": "k", "path": str(tmp_path), "hf_config_file": str(given)})
