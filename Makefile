@@ -32,9 +32,12 @@ S ?=
 
 .PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test test-under-load test-checks-then-suites lint unit integration conformance molecule bench-sim bench-client bench-rate bench-health bench-health-replay bench-plan bench-predict flags reliability clean
 
+# The descriptions name make variables: printed with their values (make help INVENTORY=inventory/x).
 help: ## list the targets
-	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  make %-19s %s\n", $$1, $$2}' $(MAKEFILE_LIST) | \
-	  sed -e 's|$$(INVENTORY)|$(INVENTORY)|g' -e 's|$$(SGLANG_VERSION)|$(SGLANG_VERSION)|g' -e 's|$$(VLLM_VERSION)|$(VLLM_VERSION)|g'
+	@awk -F':.*## ' '/^[a-z-]+:.*## /{printf "  make %-19s %s\n", $$1, $$2}' $(MAKEFILE_LIST) \
+	  | sed -e 's|$$(INVENTORY)|$(INVENTORY)|g' -e 's|$$(SGLANG_VERSION)|$(SGLANG_VERSION)|g' \
+	        -e 's|$$(VLLM_VERSION)|$(VLLM_VERSION)|g'
+	@echo "  (INVENTORY=$(INVENTORY); other playbooks: . .venv/bin/activate, then ansible-playbook from this folder)"
 
 # ci/stage.sh times each stage of `make test` (its summary ends the run).
 STAGE := ci/stage.sh

@@ -38,6 +38,10 @@ def bad_input_table() -> str:
     for c in CASES:
         if c.expect == "sanitised":
             outcome = f"accepted; {c.check['masked']} is *** in the plan and the unit, its value only in the EnvironmentFile"
+        elif c.expect == "accepted":
+            outcome = "accepted" + (
+                f"; argv has `{' '.join(c.check['argv_has'])}`" if c.check.get("argv_has") else ""
+            )
         else:
             outcome = ("error: " if c.expect == "error" else "verdict invalid: ") + "; ".join(
                 f"`{_cell(n)}`" for n in c.needles
@@ -92,6 +96,25 @@ def run_tests(node_ids: list[str]) -> dict[str, str]:
     return out
 
 
+def longest_refusal() -> tuple[int, int, str]:
+    """(lines, characters, case id) of the longest message the planner refuses a case of the matrix with."""
+    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO / "module_utils"))
+    from bad_inputs import CASES, materialise, planner_inputs
+    from sglang_layouts.plan_validate import plan_outcome
+
+    worst = (0, 0, "")
+    with tempfile.TemporaryDirectory() as tmp:
+        for c in CASES:
+            if c.expect != "error":
+                continue
+            folder = Path(tmp) / c.id
+            folder.mkdir()
+            message = plan_outcome(planner_inputs(materialise(c, folder, REPO), REPO)).get("refused") or ""
+            worst = max(worst, (len(message.splitlines()), len(message), c.id))
+    return worst
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -124,6 +147,8 @@ def main(argv=None) -> int:
             f"{kind}s: {covered} covered"
             + ("" if args.no_run else f", {passed} passed, {covered - passed} failed")
         )
+    lines, chars, case = longest_refusal()
+    print(f"longest refusal: {lines} line(s), {chars} characters ({case})")
     return 0 if args.no_run or all(p == c for c, p in counts.values()) else 1
 
 

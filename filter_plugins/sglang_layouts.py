@@ -84,6 +84,8 @@ def sglang_host_addresses(hosts, hostvars):
 _FACES = {
     # sglang_plan_inputs -> the plan document (docs/ARCHITECTURE.md)
     "sglang_plan": ("planner.plan_host", "planner.PlanError"),
+    # the same as {plan: ...} or {refused: the message}: the role fails with the message alone
+    "sglang_plan_outcome": ("plan_validate.plan_outcome",),
     # one layout of a plan document, or an error naming the known layouts
     "sglang_layout_plan": ("planner.layout_plan", "planner.PlanError"),
     "sglang_layout_secret_env": (_layout_secret_env, "planner.PlanError"),
@@ -100,7 +102,7 @@ _FACES = {
     # where a layout's units run, the stop order, one outcome from every node's (placement.py)
     "sglang_units_on": ("placement.units_on",),
     "sglang_units_of_layouts": ("placement.units_of_layouts",),
-    "sglang_stop_order": ("placement.stop_order",),
+    "sglang_stop_order": ("placement.stop_order", "planner.PlanError"),
     "sglang_first_failure": ("placement.first_failure",),
     "sglang_nodes_outcome": ("placement.nodes_outcome",),
     # wheel file names -> exact pins; pip steps without some pins (wheels.py)

@@ -6,8 +6,6 @@ pool; whatever the weights leave is the pool (docs/kimi-k2-memory.md 5, 6).
 
 from __future__ import annotations
 
-import os
-
 from .model import STAGE_FIRST, STAGE_LAST, ModelSpec, PlanError, linear_bytes
 
 # CUDA context, NCCL and cuBLAS workspaces: memory PyTorch cannot use. 1 GiB reproduces the seed's OOM
@@ -40,13 +38,11 @@ def shard_factor(kind: str, par: dict, spec: ModelSpec) -> float:
     raise ValueError(kind)
 
 
-def pp_layer_ranges(num_layers: int, pp: int) -> list[tuple[int, int]]:
-    """SGLang's get_pp_indices: even split, the *last* `remainder` stages get one more layer."""
-    env = os.environ.get("SGLANG_PP_LAYER_PARTITION")
-    if env:
-        sizes = [int(x) for x in env.split(",")]
-        if len(sizes) != pp or sum(sizes) != num_layers:
-            raise PlanError(f"SGLANG_PP_LAYER_PARTITION={env} must have {pp} entries summing to {num_layers}")
+def pp_layer_ranges(num_layers: int, pp: int, partition: list[int] | None = None) -> list[tuple[int, int]]:
+    """SGLang's get_pp_indices: even split, the *last* `remainder` stages get one more layer; or the
+    layout's own SGLANG_PP_LAYER_PARTITION (checked by plan_validate.pp_partition)."""
+    if partition:
+        sizes = list(partition)
     else:
         base, rem = divmod(num_layers, pp)
         sizes = [base + (1 if i >= pp - rem else 0) for i in range(pp)]
@@ -70,7 +66,7 @@ def stage_of(stage: int, ranges: list[tuple[int, int]]) -> int:
 
 def stage_bytes(spec: ModelSpec, par: dict) -> list[dict[str, float]]:
     """Per PP stage: bytes on one rank of that stage, by component."""
-    ranges = pp_layer_ranges(spec.num_layers, par["pp"])
+    ranges = pp_layer_ranges(spec.num_layers, par["pp"], par.get("pp_layer_partition"))
     stages: list[dict[str, float]] = [{} for _ in ranges]
     for t in spec.tensors:
         s = stages[stage_of(t.stage, ranges)]
@@ -107,7 +103,7 @@ def allocation_sequence(spec: ModelSpec, layout_plan: dict, rank: int = 0) -> li
     would have been allocating.
     """
     par = layout_plan["parallel"]
-    ranges = pp_layer_ranges(spec.num_layers, par["pp"])
+    ranges = pp_layer_ranges(spec.num_layers, par["pp"], par.get("pp_layer_partition"))
     stage = layout_plan["ranks"][rank]["pp_rank"]
     lins = {lin.name.rsplit(".", 1)[1]: lin for lin in spec.linears if lin.component == "routed_experts"}
     experts_factor = shard_factor("experts", par, spec)
@@ -145,7 +141,7 @@ def _split_weight_scale(spec: ModelSpec, name: str, nbytes: float, lin, n: int) 
 def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hardware: dict) -> dict:
     """Inputs of a decode-step cost model (the simulator's): what one step reads and syncs."""
     per_stage = []
-    ranges = pp_layer_ranges(spec.num_layers, par["pp"])
+    ranges = pp_layer_ranges(spec.num_layers, par["pp"], par.get("pp_layer_partition"))
     for i, comps in enumerate(stages):
         experts = comps.get("routed_experts", 0.0)
         # the embedding is a gather (a few rows), not a full read

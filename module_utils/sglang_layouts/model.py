@@ -24,6 +24,24 @@ class PlanError(ValueError):
     """Bad input. The message says what is wrong and what to do."""
 
 
+def kind_of(value) -> str:
+    """A value's kind as a message names it ("a list", "a number"), the same for Ansible's tagged
+    subclasses of str, int, dict and list as for plain Python values."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return type(value).__name__
+
+
 # How a tensor is split across the ranks of one pipeline stage.
 SHARD_KINDS = (
     "replicated",  # every rank holds all of it (norms, router, MLA down-projections)
@@ -140,6 +158,8 @@ class ModelSpec:
     vision_bytes: int = 0
     # sglang_model.load_format: `dummy` serves random weights from config.json alone (no checkpoint needed)
     load_format: str = ""
+    # where the planner read config.json (which of hf_config, hf_config_file, path won)
+    config_source: str = ""
     tensors: list[Tensor] = field(default_factory=list)
     linears: list[Linear] = field(default_factory=list)
 
@@ -218,22 +238,56 @@ def _read_json(path: str) -> dict:
 
 
 def _hf_config(model: dict) -> tuple[dict, str]:
-    """The model's config.json as a mapping, and where it came from."""
+    """The model's config.json as a mapping, and where it came from.
+
+    Precedence (README, "How the model's config is found"): sglang_model.hf_config (inline), then
+    hf_config_file (a file on the controller), then <path>/config.json when the controller can read
+    it. A hf_config_file whose model (architecture, shape) differs from a readable <path>/config.json
+    is refused: one of them names another model."""
+    path = model.get("path")
+    at_path = os.path.join(str(path), "config.json") if path else ""
     if model.get("hf_config"):
         if not isinstance(model["hf_config"], dict):
             raise PlanError("sglang_model.hf_config must be a mapping (the model's config.json)")
         return model["hf_config"], "sglang_model.hf_config"
     if model.get("hf_config_file"):
-        return _read_json(str(model["hf_config_file"])), str(model["hf_config_file"])
-    path = model.get("path")
-    if path and os.path.isfile(os.path.join(str(path), "config.json")):
-        p = os.path.join(str(path), "config.json")
-        return _read_json(p), p
+        given = str(model["hf_config_file"])
+        raw = _read_json(given)
+        elsewhere = (
+            at_path and os.path.isfile(at_path) and os.path.realpath(at_path) != os.path.realpath(given)
+        )
+        # another model, not a copy the roles made from hf_config_file (which may lag behind an edit)
+        if elsewhere and _model_identity(_read_json(at_path)) != _model_identity(raw):
+            raise PlanError(
+                f"sglang_model.hf_config_file ({given}) and sglang_model.path's config.json ({at_path}) "
+                "name different models. Remove hf_config_file, or point it at this model's config."
+            )
+        return raw, f"{given} (sglang_model.hf_config_file)"
+    if at_path and os.path.isfile(at_path):
+        return _read_json(at_path), f"{at_path} (sglang_model.path)"
     raise PlanError(
         f"no config.json for model {model.get('name', '?')!r}: set sglang_model.hf_config (the config as a "
         f"mapping) or sglang_model.hf_config_file (a path on the controller), or make "
         f"{path or 'sglang_model.path'}/config.json readable on the controller"
     )
+
+
+_IDENTITY = (
+    "architectures",
+    "model_type",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "vocab_size",
+)
+
+
+def _model_identity(raw) -> tuple:
+    """What tells two config.json files of different models apart (a text_config's too)."""
+    if not isinstance(raw, dict):
+        return (repr(raw),)
+    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}
+    return tuple(repr(raw.get(k)) for k in _IDENTITY) + tuple(repr(text.get(k)) for k in _IDENTITY)
 
 
 def _quantization(qc: dict | None, torch_dtype: str) -> Quantization:
@@ -273,13 +327,18 @@ def load_model(model: dict) -> ModelSpec:
     """Build the weight inventory of ``model`` (the ``sglang_model`` mapping)."""
     if not isinstance(model, dict) or not model.get("name"):
         raise PlanError("sglang_model must be a mapping with at least name and path (or hf_config)")
-    raw, _source = _hf_config(model)
+    raw, source = _hf_config(model)
+    if not isinstance(raw, dict):
+        raise PlanError(f"{source}: a model config must be a JSON object, not {kind_of(raw)}")
     archs = raw.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise PlanError(f'{source}: architectures must be a list of names, e.g. ["DeepseekV3ForCausalLM"]')
     arch = archs[0] if archs else None
     config = raw
     vision_bytes = 0
     if arch in WRAPPER_ARCHITECTURES:
-        config = dict(raw.get("text_config") or {})
+        config = raw.get("text_config") or {}
+        config = dict(config) if isinstance(config, dict) else {}
         if not config:
             raise PlanError(f"{arch} config has no text_config")
         text_arch = (config.get("architectures") or [WRAPPER_ARCHITECTURES[arch]])[0]
@@ -292,9 +351,11 @@ def load_model(model: dict) -> ModelSpec:
             f"architecture {archs[0] if archs else None!r} is not supported; supported: "
             + ", ".join(SUPPORTED_ARCHITECTURES)
         )
-    quant = _quantization(
-        config.get("quantization_config"), config.get("torch_dtype") or raw.get("torch_dtype")
-    )
+    _check_config(config, source, ARCH_FAMILIES[arch])
+    qc = config.get("quantization_config")
+    if qc is not None and not isinstance(qc, dict):
+        raise PlanError(f"{source}: quantization_config must be a mapping, not {kind_of(qc)}")
+    quant = _quantization(qc, config.get("torch_dtype") or raw.get("torch_dtype"))
     spec = ModelSpec(
         name=str(model["name"]),
         path=str(model.get("path") or ""),
@@ -304,15 +365,59 @@ def load_model(model: dict) -> ModelSpec:
         quant=quant,
         vision_bytes=vision_bytes,
         load_format=str(model.get("load_format") or ""),
+        config_source=source,
     )
-    spec.linears = _linears(spec)
-    shards = _safetensors_files(spec.path)
-    if shards:
-        spec.tensors = _tensors_from_safetensors(spec, shards)
-        spec.mode = "safetensors"
-    else:
-        spec.tensors = _tensors_from_config(spec)
+    try:
+        spec.linears = _linears(spec)
+        shards = _safetensors_files(spec.path)
+        if shards:
+            spec.tensors = _tensors_from_safetensors(spec, shards)
+            spec.mode = "safetensors"
+        else:
+            spec.tensors = _tensors_from_config(spec)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+        if isinstance(e, PlanError):
+            raise
+        # a field _check_config does not cover (an optional one of a rarer shape)
+        what = f"no {e.args[0]!r}" if isinstance(e, KeyError) else "a value of the wrong type or zero"
+        raise PlanError(f"{source}: the {arch} config has {what}; is it the model's config.json?") from None
     return spec
+
+
+# Fields every config of a family needs, each a whole number >= 1 (the weights' shapes).
+_REQUIRED = {
+    "dense": ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size"),
+    "gqa_moe": (
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "vocab_size",
+        "moe_intermediate_size",
+    ),
+    "mla_moe": (
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "vocab_size",
+        "kv_lora_rank",
+        "qk_rope_head_dim",
+    ),
+}
+_OPTIONAL_POSITIVE = ("num_key_value_heads", "head_dim", "max_position_embeddings")
+
+
+def _check_config(config: dict, source: str, family: str) -> None:
+    """The shape fields the planner reads: present, whole numbers >= 1."""
+    for key in _REQUIRED[family] + _OPTIONAL_POSITIVE:
+        value = config.get(key)
+        if value is None and key in _OPTIONAL_POSITIVE:
+            continue
+        if value is None:
+            raise PlanError(
+                f"{source}: {key} is missing; the planner needs it (is it the model's config.json?)"
+            )
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise PlanError(f"{source}: {key} must be a whole number >= 1, not {value!r}")
 
 
 def _vision_tower_bytes(vc: dict) -> int:

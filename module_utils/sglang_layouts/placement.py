@@ -13,6 +13,7 @@ units of its host and never works out placement itself.
 from __future__ import annotations
 
 from .engines import ENGINES
+from .model import PlanError
 
 # How a unit is judged after its start (library/sglang_health.py): `ready` waits for the server's
 # readiness, `alive` checks that it still runs and logged nothing fatal (a node rank >= 1 serves no
@@ -251,6 +252,13 @@ def stop_order(plan: dict, host: str | None, layout: str = "all", installed=None
         if layout == "all"
         else [entry for entry in plan["layouts"] if entry["name"] == layout]
     )
+    if not layouts and layout != "all":
+        # the name rule is the planner's (names.py): `all` is never a layout's name
+        known = ", ".join(entry["name"] for entry in plan["layouts"])
+        raise PlanError(
+            f"-e layout={layout}: no layout of the plan has this name (known: {known}); "
+            "-e layout=all stops every layout, renamed ones included"
+        )
     first: list[str] = []
     then: list[str] = []
     for entry in layouts:

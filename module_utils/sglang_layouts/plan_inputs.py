@@ -10,7 +10,9 @@ import hashlib
 import json
 import re
 
-from .model import PlanError
+from .model import PlanError, kind_of
+from .names import layout_name_problem, suggest
+from .plan_validate import check_bind, check_planner_env, check_port
 from .render import slug
 from .secrets import patterns as secret_patterns
 
@@ -92,7 +94,7 @@ def check_env(env, where: str, key: str = "env") -> dict[str, str]:
     if env is None:
         return {}
     if not isinstance(env, dict):
-        raise PlanError(f"{where} {key} must be a mapping of NAME: value, not {env!r}")
+        raise PlanError(f"{where} {key} must be a mapping of NAME: value, not {kind_of(env)}")
     out = {}
     for name, value in env.items():
         name = str(name)
@@ -104,7 +106,11 @@ def check_env(env, where: str, key: str = "env") -> dict[str, str]:
                 f"not starting with a digit). Write {better or 'NAME'} instead."
             )
         if isinstance(value, dict | list):
-            raise PlanError(f"{where} {key}.{name} must be a string or a number, not {value!r}")
+            # the value is not shown: a secret given in the wrong shape is still a secret
+            raise PlanError(
+                f"{where} {key}.{name} must be a string or a number, not {kind_of(value)} "
+                "(the value is not shown)"
+            )
         check_text(value, where, f"{key}.{name}")
         out[name] = "" if value is None else str(value)
     return out
@@ -112,11 +118,16 @@ def check_env(env, where: str, key: str = "env") -> dict[str, str]:
 
 def normalize_layout(layout: dict) -> dict:
     if not isinstance(layout, dict):
-        raise PlanError(f"each entry of sglang_layouts must be a mapping, not {layout!r}")
+        raise PlanError(f"each entry of sglang_layouts must be a mapping, not {kind_of(layout)}")
     name = layout.get("name")
-    if not name or not isinstance(name, str):
-        raise PlanError(f"layout {layout!r} has no name: every entry of sglang_layouts needs name:")
-    check_text(name, f"layout {name!r}:", "name")
+    if name is None or name == "":
+        raise PlanError("a layout has no name: every entry of sglang_layouts needs one, e.g. name: tp8")
+    if isinstance(name, str):
+        check_text(name, f"layout {name!r}:", "name")
+    problem = layout_name_problem(name)
+    if problem:
+        shown = repr(name) if isinstance(name, str) and len(name) <= 40 else "name"
+        raise PlanError(f"layout {shown}: name {problem}. E.g. name: {suggest(str(name))}")
     if not slug(name):
         raise PlanError(
             f"layout {name!r}: name has no letter or digit, so it cannot name a unit. Write e.g. name: tp8."
@@ -143,22 +154,23 @@ def normalize_layout(layout: dict) -> dict:
         ),
         "nnodes": _int(layout.get("nnodes", 1), f"{where} nnodes"),
         "replicas": _int(layout.get("replicas", 1), f"{where} replicas"),
-        "port": _int(layout["port"], f"{where} port") if layout.get("port") is not None else None,
+        "port": check_port(layout["port"], where) if layout.get("port") is not None else None,
         "gpus": None,
         "args": dict(layout.get("args") or {}) if isinstance(layout.get("args") or {}, dict) else {},
         "env": check_env(layout.get("env"), where),
         "engine": layout.get("engine"),
         "force": _bool(layout.get("force", False), f"{where} force"),
     }
+    check_planner_env(out["env"], where)
     for key, value in out["args"].items():
         check_text(key, where, "args key")
         check_text(value, where, f"args.{key}")
-    if out["port"] is not None and out["port"] > 65535:
-        raise PlanError(f"{where} port {out['port']} is not a TCP port (1-65535)")
     if layout.get("gpus") is not None:
         gpus = layout["gpus"]
         if isinstance(gpus, str):
             gpus = [g for g in gpus.split(",") if g.strip()]
+        if not isinstance(gpus, list | tuple):
+            raise PlanError(f"{where} gpus must be a list of device ids, e.g. gpus: [0, 1], not {gpus!r}")
         out["gpus"] = [_int(g, f"{where} gpus entry", minimum=0) for g in gpus]
     if not isinstance(layout.get("args") or {}, dict):
         raise PlanError(f"{where} args must be a mapping of SGLang flags, e.g. {{kv_cache_dtype: fp8_e4m3}}")
@@ -168,6 +180,11 @@ def normalize_layout(layout: dict) -> dict:
 def normalize_cluster(cluster: dict | None, host: str | None) -> dict:
     """The inventory group a multi-node layout spans: host names and addresses in inventory order."""
     cluster = dict(cluster or {})
+    for key in ("hosts", "addresses"):
+        if cluster.get(key) is not None and not isinstance(cluster[key], list | tuple):
+            raise PlanError(
+                f"the cluster's {key} must be a list (sglang_cluster_group's hosts), not {cluster[key]!r}"
+            )
     hosts = [str(h) for h in cluster.get("hosts") or ([host] if host else [])]
     given = list(cluster.get("addresses") or [])
     addresses = [
@@ -177,7 +194,9 @@ def normalize_cluster(cluster: dict | None, host: str | None) -> dict:
         "group": str(cluster.get("group") or "sglang_hosts"),
         "hosts": hosts,
         "addresses": addresses,
-        "dist_init_port": _int(cluster.get("dist_init_port") or 50000, "sglang_dist_init_port"),
+        "dist_init_port": check_port(
+            cluster.get("dist_init_port") or 50000, "group variable", "sglang_dist_init_port"
+        ),
         "host": host,
     }
 
@@ -231,22 +250,19 @@ def normalize_serving(serving: dict) -> dict:
         out["context_length"] = _int(out["context_length"], "sglang_context_length")
     if out["max_running_requests"] is not None:
         out["max_running_requests"] = _int(out["max_running_requests"], "sglang_max_running_requests")
-    out["base_port"] = _int(out["base_port"], "sglang_base_port")
+    out["base_port"] = check_port(out["base_port"], "group variable", "sglang_base_port")
     for key in ("host", "attention_backend", "grammar_backend", "kv_cache_dtype"):
         check_text(out.get(key), "serving:", f"sglang_{key}")
     secret_env = (serving or {}).get("secret_env")
     if secret_env is not None and (
-        isinstance(secret_env, str) or not all(isinstance(x, str) for x in secret_env)
+        not isinstance(secret_env, list | tuple) or not all(isinstance(x, str) for x in secret_env)
     ):
         raise PlanError(
-            f"sglang_secret_env must be a list of names or patterns, e.g. ['HF_TOKEN', '*_KEY'], not {secret_env!r}"
+            "sglang_secret_env must be a list of names or patterns, e.g. ['HF_TOKEN', '*_KEY'], "
+            f"not {kind_of(secret_env)}"
         )
     out["secret_env"] = secret_patterns(secret_env)
-    if out["host"] not in ("127.0.0.1", "localhost", "::1") and not out["api_key_set"]:
-        raise PlanError(
-            f"sglang_host is {out['host']} (a public address) but no sglang_api_key is set: put an API key in a "
-            "vaulted variable (ansible-vault encrypt_string) or keep sglang_host: 127.0.0.1"
-        )
+    check_bind("sglang_host", out["host"], out["api_key_set"])
     return out
 
 

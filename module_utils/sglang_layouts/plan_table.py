@@ -46,11 +46,48 @@ def _peak(speed: dict | None) -> str:
     return f"{speed['peak_tok_s']:.0f} @{speed['peak_concurrency']}"
 
 
+# Serving values the inventory adds to every layout's command line (group variable -> flag); unset
+# ones leave SGLang's own default.
+SITE_FLAGS = {
+    "mem_fraction_static": ("sglang_mem_fraction_static", "--mem-fraction-static"),
+    "context_length": ("sglang_context_length", "--context-length"),
+    "max_running_requests": ("sglang_max_running_requests", "--max-running-requests"),
+    "attention_backend": ("sglang_attention_backend", "--attention-backend"),
+    "grammar_backend": ("sglang_grammar_backend", "--grammar-backend"),
+    "trust_remote_code": ("sglang_trust_remote_code", "--trust-remote-code"),
+    "kv_cache_dtype": ("sglang_kv_cache_dtype", "--kv-cache-dtype"),
+}
+
+
+def site_flags(serving: dict) -> list[str]:
+    """What the inventory adds to every layout, and why (sglang_serving_reason), as console lines."""
+    added = []
+    for key, (var, flag) in SITE_FLAGS.items():
+        value = serving.get(key)
+        if value is None or value is False:
+            continue
+        added.append(f"{flag}{'' if value is True else f' {value}'} ({var})")
+    if not added:
+        return ["serving flags: SGLang's own defaults (the inventory adds none)"]
+    out = [f"serving flags the inventory adds to every layout: {', '.join(added)}"]
+    reason = str(serving.get("reason") or "").strip()
+    out.append(
+        f"  why: {reason}" if reason else "  why: not given (set sglang_serving_reason in the inventory)"
+    )
+    return out
+
+
+def _gpus_available(plan: dict, e: dict) -> int:
+    """GPUs on the hosts the layout spans: nnodes hosts, or the hosts its replicas fill."""
+    hosts = len((e.get("placement") or {}).get("hosts") or []) if e.get("replicas") else 0
+    return plan["hardware"]["gpu_count"] * max(e["nnodes"], hosts, 1)
+
+
 def plan_table(plan: dict) -> list[str]:
     rows = [
         (
             e["name"],
-            f"{e['gpus_used']} of {plan['hardware']['gpu_count'] * e['nnodes']}",
+            f"{e['gpus_used']} of {_gpus_available(plan, e)}",
             _fmt(e["weights_gib_per_gpu"]),
             _fmt(e["budget_gib"]),
             _fmt(e["kv_tokens"]),
@@ -67,6 +104,8 @@ def plan_table(plan: dict) -> list[str]:
         f"{plan['host']}: {plan['model']['name']} ({plan['model']['architecture']}, {plan['model']['quantization']}; "
         f"sizes from {plan['mode']}) on {plan['hardware']['gpu_count']} x {plan['hardware']['gpu_memory_gib']:g} GiB "
         f"{plan['hardware']['gpu_interconnect']}",
+        *site_flags(plan.get("serving") or {}),
+        f"model config: {plan['model'].get('config_source') or '-'}",
         line.format(*COLUMNS),
     ]
     out += [line.format(*r) for r in rows]

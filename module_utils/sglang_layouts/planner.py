@@ -14,6 +14,7 @@ import json
 import math
 import os
 
+from . import plan_validate
 from .engines import SGLANG, Engine, engine_flags, flag_index
 from .engines import engine as engine_spec
 from .memory import (
@@ -158,6 +159,12 @@ def plan_layout(
     if spec.load_format and not {"load_format", "--load-format", "load-format"} & set(map(str, lay_args)):
         lay_args["load_format"] = spec.load_format  # the model-wide choice; a layout's args: win
     args = canonical_args(lay["name"], lay_args, eng, sglang_version)
+    # one rule per kind of value, however it reaches the engine (plan_validate.py)
+    flag_table = engine_flags(eng, sglang_version)["flags"]
+    plan_validate.check_arg_values(lay["name"], args, flag_table, eng, serving["api_key_set"])
+    plan_validate.check_serving_overrides(lay["name"], args, eng)
+    if "--host" in args:
+        plan_validate.check_bind(f"layout {lay['name']}: args.host", args["--host"], serving["api_key_set"])
     # a layout may override serving-wide flags through args:
     eff = dict(serving)
     for key, flag in eng.serving_flags.items():
@@ -166,6 +173,9 @@ def plan_layout(
     fraction_key = eng.fraction_key
     mfs = _float(eff[fraction_key], f"layout {lay['name']}: {fraction_key}")
     par = parallel_shape(lay, eng)
+    par["pp_layer_partition"] = plan_validate.pp_partition(
+        lay["env"], lay["name"], par["pp"], spec.num_layers
+    )
     reasons, notes = layout_problems(lay, par, spec, hardware, eng)
     if par["nnodes"] > 1 and not reasons:
         _place_nodes(lay["name"], par, cluster, reasons, notes)
@@ -221,10 +231,12 @@ def plan_layout(
     plan["env"] = render_env(lay, gpu_ids, hardware)
     if par["replicas"] > 1 and not reasons:
         _place_replicas(plan, spec, lay, par, eff, args, hardware, cluster, eng, flag_table)
+        plan_validate.check_replica_reach(plan, str(eff["host"]))
+    plan_validate.check_layout_ports(plan, lay["port"] is not None)
     # Secret values never enter the plan: the role reads them from the inputs (layout_secret_env)
     # straight into the EnvironmentFile; everything downstream of the plan sees the mask.
     secret_env = serving.get("secret_env")
-    plan["secret_env"] = sorted(k for k in plan["env"] if is_secret(k, secret_env))
+    plan["secret_env"] = sorted(k for k, v in plan["env"].items() if is_secret(k, secret_env, v))
     plan["env"] = mask_env(plan["env"], secret_env)
     for replica in plan.get("replicas") or []:
         replica["env"] = mask_env(replica["env"], secret_env)
@@ -236,7 +248,7 @@ def plan_layout(
 
     # -- memory per rank -----------------------------------------------------
     stages = stage_bytes(spec, par)
-    ranges = pp_layer_ranges(spec.num_layers, par["pp"])
+    ranges = pp_layer_ranges(spec.num_layers, par["pp"], par["pp_layer_partition"])
     kvb = kv_dtype_bytes(spec, eff.get("kv_cache_dtype"))
     ranks = []
     stage_kv_tokens = []
@@ -466,12 +478,9 @@ def _cached_model(model: dict) -> ModelSpec:
 
 def plan_host(inputs: dict) -> dict:
     """The plan document for one host (see docs/ARCHITECTURE.md)."""
-    if not isinstance(inputs, dict):
-        raise PlanError("the planner's input must be a mapping (sglang_plan_inputs)")
-    layouts = inputs.get("layouts")
-    if not isinstance(layouts, list) or not layouts:
-        raise PlanError("sglang_layouts must be a non-empty list of layouts, e.g. [{name: tp8, tp: 8}]")
-    names = [layout.get("name") if isinstance(layout, dict) else None for layout in layouts]
+    plan_validate.check_inputs(inputs)
+    layouts = inputs["layouts"]
+    names = [layout.get("name") for layout in layouts]
     dupes = sorted({n for n in names if n and names.count(n) > 1})
     if dupes:
         raise PlanError(f"layout names must be unique; repeated: {', '.join(dupes)}")
@@ -483,6 +492,7 @@ def plan_host(inputs: dict) -> dict:
     hardware = normalize_hardware(inputs.get("hardware") or {})
     serving = normalize_serving(inputs.get("serving") or {})
     cluster = normalize_cluster(inputs.get("cluster"), inputs.get("host"))
+    plan_validate.check_service_env(inputs.get("service_env"))
     # The SGLang the host gets (sglang_version): its own flags are what args: may use.
     sglang_version = inputs.get("sglang_version")
     if sglang_version in ("", "None"):
@@ -501,6 +511,7 @@ def plan_host(inputs: dict) -> dict:
             "name": spec.name,
             "path": spec.path,
             "architecture": spec.architecture,
+            "config_source": spec.config_source,
             "quantization": spec.quant.describe(),
             "vocab_size": int(spec.config["vocab_size"]),
         },
@@ -614,7 +625,7 @@ def layout_secret_env(inputs: dict, name: str, extra_env: dict | None = None) ->
     for layout in (inputs or {}).get("layouts") or []:
         if isinstance(layout, dict) and layout.get("name") == name:
             env.update(check_env(layout.get("env"), f"layout {name}:"))
-    return {k: v for k, v in env.items() if is_secret(k, secret_env) and v != MASK}
+    return {k: v for k, v in env.items() if is_secret(k, secret_env, v) and v != MASK}
 
 
 def layout_plan(plan: dict, name: str) -> dict:

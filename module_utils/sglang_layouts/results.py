@@ -22,10 +22,11 @@ import re
 
 from .bench_formulas import FORMULAS as BENCH_FORMULAS
 from .fileio import fsync_dir, write_atomic
+from .names import NAME as _NAME
+from .names import layout_name_problem
 
 SCHEMA = "sglang-layouts/result/v1"
 STATUSES = ("ok", "degraded", "failed", "skipped")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$")
 _FILE = re.compile(r"^(?P<layout>.+?)(?:\.attempt(?P<n>[0-9]+))?\.json$")
 
 FORMULAS = dict(
@@ -67,6 +68,10 @@ def new_run_id(now=None):
 
 
 def check_name(kind, value):
+    # a layout's name follows the one rule of names.py (the planner refuses the same names)
+    problem = layout_name_problem(value) if kind == "layout" else None
+    if problem:
+        raise ResultError(f"layout {value!r} cannot name a results file: its name {problem}")
     if not isinstance(value, str) or not _NAME.match(value) or value in ("latest", ".", ".."):
         raise ResultError(
             f"{kind} {value!r} cannot name a results folder: use letters, digits, '_', '-', '.', '@', '+' "

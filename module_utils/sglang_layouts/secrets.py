@@ -11,39 +11,55 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 
 MASK = "***"
 # Names (shell-style patterns, matched case-insensitively) whose values are secret by default:
 # gated models need HF_TOKEN, remote stores take *_ACCESS_KEY / *_PASSWORD.
-DEFAULT_SECRET_ENV = ("*TOKEN*", "*KEY*", "*SECRET*", "*PASSWORD*")
+DEFAULT_SECRET_ENV = ("*TOKEN*", "*KEY*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*")
 # The API key is always secret, whatever the list says.
 ALWAYS_SECRET = ("SGLANG_API_KEY",)
+# A value that carries a credential whatever its variable's name: user:password@ in a URL
+# (HF_ENDPOINT=https://user:pw@mirror/), or a bearer token.
+_CREDENTIAL_VALUE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]+:[^/@\s]+@|\bbearer\s+\S", re.IGNORECASE)
 
 
 def patterns(secret_env=None) -> list[str]:
-    """The effective list: the user's list (or the default) plus the names that are always secret."""
+    """The effective list: the user's names and patterns, always with the default patterns and the
+    names that are always secret (a site's own list adds to them, it never drops one)."""
     if secret_env is None:
-        secret_env = DEFAULT_SECRET_ENV
+        secret_env = ()
     if isinstance(secret_env, str):
         secret_env = [secret_env]
-    return [str(p) for p in secret_env] + [n for n in ALWAYS_SECRET if n not in secret_env]
+    user = [str(p) for p in secret_env]
+    return user + [p for p in (*DEFAULT_SECRET_ENV, *ALWAYS_SECRET) if p not in user]
 
 
-def is_secret(name: str, secret_env=None) -> bool:
+def carries_credential(value) -> bool:
+    """Whether a value looks like a credential by its shape (a password inside a URL, a bearer token)."""
+    return isinstance(value, str) and bool(_CREDENTIAL_VALUE.search(value))
+
+
+def is_secret(name: str, secret_env=None, value=None) -> bool:
+    """By name (the patterns), by value (a credential's shape), or already masked by the planner."""
     up = str(name).upper()
-    return any(fnmatch.fnmatchcase(up, p.upper()) for p in patterns(secret_env))
+    return (
+        value == MASK
+        or carries_credential(value)
+        or any(fnmatch.fnmatchcase(up, p.upper()) for p in patterns(secret_env))
+    )
 
 
 def split_env(env: dict | None, secret_env=None) -> tuple[dict, dict]:
     """(plain, secret) parts of an environment mapping."""
     plain, secret = {}, {}
     for k, v in (env or {}).items():
-        (secret if is_secret(k, secret_env) else plain)[str(k)] = str(v)
+        (secret if is_secret(k, secret_env, v) else plain)[str(k)] = str(v)
     return plain, secret
 
 
 def mask_env(env: dict | None, secret_env=None) -> dict:
-    return {str(k): (MASK if is_secret(k, secret_env) else v) for k, v in (env or {}).items()}
+    return {str(k): (MASK if is_secret(k, secret_env, v) else v) for k, v in (env or {}).items()}
 
 
 def mask_text(text: str, values) -> str:

@@ -161,7 +161,7 @@ def test_every_bad_input_is_refused_by_plan_yml_in_one_run(run_playbook, tmp_pat
     """The bad-input matrix (tests/bad_inputs.py) through plan.yml: one inventory host per case, one run.
     A refused host gets a message naming the layout and the key, and no plan JSON or unit is written
     for it; a sanitised one gets units and a plan with *** for the secret, its value in neither."""
-    from bad_inputs import CASES, materialise
+    from bad_inputs import CASES, SECRET, materialise
 
     cases = [c for c in CASES if c.plan_yml]
     inv = tmp_path / "inv"
@@ -201,11 +201,18 @@ def test_every_bad_input_is_refused_by_plan_yml_in_one_run(run_playbook, tmp_pat
             assert case.id in failed, f"{case.id}: plan.yml did not refuse it"
             for needle in case.needles:
                 assert needle in failed[case.id], f"{case.id}: {failed[case.id]}"
+            # the planner's sentence alone (no filter-error cause chain), never the secret
+            assert len(failed[case.id].splitlines()) <= 2 and SECRET not in failed[case.id], failed[case.id]
             assert not (out / f"{case.id}.json").exists() and not (out / case.id).exists(), case.id
             continue
         assert case.id not in failed, f"{case.id}: {failed.get(case.id)}"
         doc = json.loads((out / f"{case.id}.json").read_text())
         units = {p.name: p.read_text() for p in (out / case.id).glob("*.service")}
+        assert SECRET not in (out / f"{case.id}.json").read_text()
+        assert not any(SECRET in text for text in units.values()), case.id
+        if case.expect == "accepted":
+            assert units, case.id
+            continue
         if case.expect == "invalid":
             bad = [e["unit_name"] for e in doc["layouts"] if e["verdict"] == "invalid"]
             assert bad and not set(bad) & set(units), case.id  # invalid layouts get no unit

@@ -250,6 +250,28 @@ def test_bad_run_level_inputs_stop_before_any_host(run_playbook, tmp_path, run_d
     assert list(run_dir.iterdir()) == []  # no engine file, no process, no log
 
 
+def test_a_refused_sweep_leaves_results_latest_where_it_was(run_playbook, tmp_path, run_dir, engine_port):
+    """The planner refuses the layouts: the sweep stops before results/latest moves or a run folder
+    is made, and before any host is touched."""
+    results = tmp_path / "res"
+    (results / "earlier").mkdir(parents=True)
+    os.symlink("earlier", results / "latest")
+    r = run_playbook(
+        "sweep.yml",
+        extravars={
+            "run_id": "refused",
+            "sglang_results_dir": str(results),
+            "sglang_run_dir": str(run_dir),
+            "sglang_base_port": engine_port,
+            "sglang_layouts": [{"name": "all", "tp": 8}],
+        },
+    )
+    assert r.status == "failed"
+    assert any("name is reserved" in m for m in failed_messages(r)), failed_messages(r)
+    assert os.readlink(results / "latest") == "earlier" and not (results / "refused").exists()
+    assert list(run_dir.iterdir()) == []
+
+
 def test_ctrl_c_in_the_middle_of_a_layout_then_the_same_run_id_resumes(
     run_playbook, tmp_path, run_dir, engine_port
 ):

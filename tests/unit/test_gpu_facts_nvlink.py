@@ -99,7 +99,7 @@ def test_planner_on_the_real_facts():
     doc = planner.plan_host(
         {
             "host": "h200x2",
-            "model": {"name": "llama-3.1-70b", "hf_config": cfg},
+            "model": {"name": "llama-3.1-70b", "path": "/models/llama-3.1-70b", "hf_config": cfg},
             "layouts": [{"name": "tp1", "tp": 1}, {"name": "tp2", "tp": 2}],
             "hardware": hw,
             "serving": {"mem_fraction_static": 0.88, "context_length": 32768, "max_running_requests": 64},

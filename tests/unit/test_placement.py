@@ -7,7 +7,9 @@ SERVING = {
     "mem_fraction_static": 0.88,
     "context_length": 32768,
     "max_running_requests": 64,
-    "host": "127.0.0.1",
+    # replicas on another host than the router's must be reachable: a public bind, with the key
+    "host": "0.0.0.0",
+    "api_key_set": True,
     "base_port": 30000,
 }
 SEED_BOX = {"gpu_count": 8, "gpu_memory_gib": 94.97, "gpu_interconnect": "pcie"}

@@ -49,7 +49,7 @@ def by_name(doc):
 
 def config_model(repo, name, cfg_name):
     cfg = json.loads((repo / "tests" / "fixtures" / "configs" / f"{cfg_name}.json").read_text())
-    return {"name": name, "hf_config": cfg}
+    return {"name": name, "path": f"/models/{name}", "hf_config": cfg}
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +295,11 @@ def test_public_address_needs_an_api_key(repo):
 
 def test_unknown_architecture_lists_supported(repo):
     with pytest.raises(PlanError) as exc:
-        plan(repo, [{"name": "a"}], model={"name": "m", "hf_config": {"architectures": ["GPT2LMHeadModel"]}})
+        plan(
+            repo,
+            [{"name": "a"}],
+            model={"name": "m", "path": "/models/m", "hf_config": {"architectures": ["GPT2LMHeadModel"]}},
+        )
     assert "GPT2LMHeadModel" in str(exc.value) and "Qwen3MoeForCausalLM" in str(exc.value)
 
 
@@ -433,7 +437,9 @@ def test_safetensors_mode_reads_exact_sizes(tmp_path, repo):
     layouts = [{"name": "tp2", "tp": 2}]
     hw = {"gpu_count": 2, "gpu_memory_gib": 16, "gpu_interconnect": "pcie"}
     from_files = plan(repo, layouts, hardware=hw, model={"name": "tiny", "path": str(tmp_path)})
-    from_config = plan(repo, layouts, hardware=hw, model={"name": "tiny", "hf_config": cfg})
+    from_config = plan(
+        repo, layouts, hardware=hw, model={"name": "tiny", "path": "/models/tiny", "hf_config": cfg}
+    )
     assert from_files["mode"] == "safetensors" and from_config["mode"] == "config"
     assert from_files["layouts"][0]["verdict"] == "fits", from_files["layouts"][0]["reasons"]
     a = from_files["layouts"][0]["ranks"][0]["components"]
@@ -505,7 +511,8 @@ def test_replicas_fill_gpu_blocks_behind_a_router(repo):
             "model": {"name": "kimi-k2.6", "path": str(repo / "models" / "kimi-k2.6")},
             "layouts": [{"name": "tp8x3", "tp": 8, "replicas": 3}, {"name": "tp8x5", "tp": 8, "replicas": 5}],
             "hardware": H200,
-            "serving": DEMO_SERVING,
+            # the router on a calls the replicas on b and c at their addresses: a public bind, with the key
+            "serving": {**DEMO_SERVING, "host": "0.0.0.0", "api_key_set": True},
             "cluster": {
                 "group": "g",
                 "hosts": ["a", "b", "c"],
@@ -526,6 +533,22 @@ def test_replicas_fill_gpu_blocks_behind_a_router(repo):
     assert e["kv_tokens_total"] == 3 * e["kv_tokens"]
     assert e["replicas"][1]["unit_name"] == "sglang-kimi-k2-6-tp8x3-r1.service"
     assert by_name(doc)["tp8x5"]["verdict"] == "invalid"
+
+
+def test_replicas_over_hosts_bound_to_loopback_are_refused(repo):
+    """The router on a calls the replicas on b at b's address: a replica bound to 127.0.0.1 is unreachable."""
+    inputs = {
+        "host": "a",
+        "model": {"name": "kimi-k2.6", "path": str(repo / "models" / "kimi-k2.6")},
+        "layouts": [{"name": "tp8x2", "tp": 8, "replicas": 2}],
+        "hardware": H200,
+        "serving": DEMO_SERVING,
+        "cluster": {"group": "g", "hosts": ["a", "b"], "addresses": ["10.0.0.1", "10.0.0.2"]},
+    }
+    with pytest.raises(
+        PlanError, match=r"replicas on b bind 127.0.0.1, but the router on a .* sglang_api_key"
+    ):
+        planner.plan_host(inputs)
 
 
 def test_replicas_pack_one_host(repo):
@@ -608,7 +631,7 @@ def test_vllm_fixed_kv_size_on_cpu(tmp_path, repo):
         repo,
         [layout],
         hardware={"gpu_count": 1, "gpu_memory_gib": 16, "gpu_interconnect": "none"},
-        model={"name": "tiny", "hf_config": cfg},
+        model={"name": "tiny", "path": "/models/tiny", "hf_config": cfg},
         serving={**DEMO_SERVING, "context_length": 2048, "gpu_memory_utilization": 0.9},
     )
     e = doc["layouts"][0]
