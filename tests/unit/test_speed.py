@@ -107,7 +107,11 @@ def test_an_unknown_gpu_gets_no_speed_and_names_the_table():
 def test_the_plan_carries_the_prediction_at_the_inventorys_benchmark():
     inputs = {
         "host": "seed-box",
-        "model": {"name": "kimi-k2.6", "hf_config_file": str(REPO / "models/kimi-k2.6/config.json")},
+        "model": {
+            "name": "kimi-k2.6",
+            "path": "/models/kimi-k2.6",
+            "hf_config_file": str(REPO / "models/kimi-k2.6/config.json"),
+        },
         "layouts": [{"name": "tp8", "tp": 8}, {"name": "tp2", "tp": 2}],
         "hardware": SEED,
         "serving": {},
@@ -153,7 +157,11 @@ def _record(plan_entry, levels, argv_extra=(), env=None, simulated=False):
 def _seed_tp8():
     inputs = {
         "host": "seed-box",
-        "model": {"name": "kimi-k2.6", "hf_config_file": str(REPO / "models/kimi-k2.6/config.json")},
+        "model": {
+            "name": "kimi-k2.6",
+            "path": "/models/kimi-k2.6",
+            "hf_config_file": str(REPO / "models/kimi-k2.6/config.json"),
+        },
         "layouts": [{"name": "tp8", "tp": 8}],
         "hardware": SEED,
         "serving": {"max_running_requests": 64},
