@@ -75,6 +75,14 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir, 
     assert tp8["gpu"]["gpu_count"] == 8 and tp8["health"]["ready_after_s"] > 0
     assert tp8["kv_tokens"]["measured"] == tp8["health"]["max_total_num_tokens"] > 0
     assert "ttft_ms" in tp8["formulas"] and tp8["bench_config"]["output_len"] == 8
+    # where the layout's time went: the engine's start, the levels, the stop, and the tool's own rest
+    t = tp8["timing"]
+    assert set(t) == {"deploy_s", "ready_s", "bench_s", "stop_s", "tool_s", "wall_s"}
+    assert t["ready_s"] == tp8["health"]["ready_after_s"]
+    assert t["bench_s"] == round(sum(lv["duration_s"] for lv in tp8["levels"]), 3) > 0
+    assert t["stop_s"] > 0 and t["deploy_s"] >= t["ready_s"]
+    assert abs(t["tool_s"] - (t["wall_s"] - t["ready_s"] - t["bench_s"] - t["stop_s"])) < 0.01 and t["tool_s"] > 0
+    assert "timing" in tp8["formulas"]
     # planner refusals are results, with the verdict and the reasons
     oom, inv = recs["tp4ep2.json"], recs["tp2ep4.json"]
     assert (oom["status"], oom["prediction"]["verdict"]) == ("skipped", "oom") and oom["reasons"]
@@ -83,6 +91,7 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir, 
     out_dir = results / run_id
     report = (out_dir / "REPORT.md").read_text()
     assert "Winner for single-request speed: tp8" in report and "tp8 (simulated)" in report
+    assert "| tool s |" in report
     for name in ("summary.csv", "summary.json", "throughput.png", "pareto.png"):
         assert (out_dir / name).stat().st_size > 0
     assert (results / "latest").resolve() == out_dir.resolve()
@@ -111,6 +120,8 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir, 
     failed = recs["tp4ep2.attempt2.json"]
     assert failed["status"] == "failed" and failed["attempt"] == 2
     assert failed["failure_class"] not in (None, "", "error") and failed["evidence"]
+    # a start that failed: its record is stored after the stop too, the gate's wait is the engine's start
+    assert failed["timing"]["ready_s"] > 0 and failed["timing"]["bench_s"] == 0 and failed["timing"]["tool_s"] > 0
     # the report prefers the latest attempt and is re-runnable from the stored records alone
     r4 = run_playbook("report.yml", extravars={"sglang_results_dir": str(results), "run_id": run_id})
     assert r4.status == "successful", failed_messages(r4)
