@@ -81,7 +81,10 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir, 
     assert t["ready_s"] == tp8["health"]["ready_after_s"]
     assert t["bench_s"] == round(sum(lv["duration_s"] for lv in tp8["levels"]), 3) > 0
     assert t["stop_s"] > 0 and t["deploy_s"] >= t["ready_s"]
-    assert abs(t["tool_s"] - (t["wall_s"] - t["ready_s"] - t["bench_s"] - t["stop_s"])) < 0.01 and t["tool_s"] > 0
+    assert (
+        abs(t["tool_s"] - (t["wall_s"] - t["ready_s"] - t["bench_s"] - t["stop_s"])) < 0.01
+        and t["tool_s"] > 0
+    )
     assert "timing" in tp8["formulas"]
     # planner refusals are results, with the verdict and the reasons
     oom, inv = recs["tp4ep2.json"], recs["tp2ep4.json"]
@@ -121,7 +124,11 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir, 
     assert failed["status"] == "failed" and failed["attempt"] == 2
     assert failed["failure_class"] not in (None, "", "error") and failed["evidence"]
     # a start that failed: its record is stored after the stop too, the gate's wait is the engine's start
-    assert failed["timing"]["ready_s"] > 0 and failed["timing"]["bench_s"] == 0 and failed["timing"]["tool_s"] > 0
+    assert (
+        failed["timing"]["ready_s"] > 0
+        and failed["timing"]["bench_s"] == 0
+        and failed["timing"]["tool_s"] > 0
+    )
     # the report prefers the latest attempt and is re-runnable from the stored records alone
     r4 = run_playbook("report.yml", extravars={"sglang_results_dir": str(results), "run_id": run_id})
     assert r4.status == "successful", failed_messages(r4)
