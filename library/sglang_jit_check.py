@@ -13,7 +13,7 @@ description:
     (C($CXX), C(c++) or C(g++)) and, when flashinfer is installed, its C(data/) folder of kernel sources.
   - What an engine needs comes from module_utils/sglang_layouts/engines.py (C(jit_tools)); the simulator
     needs nothing and the module then does nothing.
-  - Fails with one message naming every missing piece, the PATH searched and the fix. Read-only: it
+  - Fails with one message naming every missing piece, the PATH searched and the fix. It only reads, so it
     runs in check mode too; a python that does not exist yet (check mode before the venv is built) is
     reported, not failed.
 options:
