@@ -124,13 +124,16 @@ test-vllm: $(STAMP) ## the real vLLM (CPU) deployed, gated, benchmarked and repo
 	$(PY) -m pytest -q -s tests/integration/test_vllm_sweep.py
 
 # The GPU sweep runs on the GPU host itself; one without network can name an ansible-playbook it has.
+# Provision runs with the first model only: it is the same host and venv for every model, and its
+# facts (cuda_home, the GPUs, the venv's) are in the fact cache for the runs after it.
 GPU_ANSIBLE ?= $(VENV)/bin/ansible-playbook
 GPU_MODELS ?= qwen3-30b-a3b kimi-k2.6-cut18
 GPU_RUN_ID ?= gpu-$(shell date -u +%Y%m%dT%H%M%SZ)
 gpu-sweep: $(if $(filter $(VENV)/%,$(GPU_ANSIBLE)),$(STAMP)) ## on a GPU host: real SGLang, dummy weights, every model of GPU_MODELS (inventory/gpu)
-	@set -e; for m in $(GPU_MODELS); do \
+	@set -e; skip=""; for m in $(GPU_MODELS); do \
 	  echo "== gpu-sweep: $$m (run $(GPU_RUN_ID)-$$m)"; \
-	  $(GPU_ANSIBLE) -i inventory/gpu playbooks/gpu_sweep.yml -e gpu_model=$$m -e run_id=$(GPU_RUN_ID)-$$m $(GPU_ARGS); \
+	  $(GPU_ANSIBLE) -i inventory/gpu playbooks/gpu_sweep.yml -e gpu_model=$$m -e run_id=$(GPU_RUN_ID)-$$m $$skip $(GPU_ARGS); \
+	  skip="--skip-tags provision"; \
 	done
 
 bench-predict: $(STAMP) ## predicted vs measured speed for every real measurement the repo holds (speed.py)

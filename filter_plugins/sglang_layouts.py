@@ -96,6 +96,8 @@ _FACES = {
     "sglang_plain_env": (_plain_env,),
     # a layout's engine as the roles see it: label, venv variable, simulated (engines.py)
     "sglang_engine_facts": ("engines.role_facts", "planner.PlanError"),
+    # the PATH of an engine's unit: its venv, the base env, the CUDA toolkit, the system (jit_toolchain.py)
+    "sglang_unit_path": ("jit_toolchain.unit_path", "planner.PlanError"),
     # how a server gets the API key (--config FILE or --api-key), and that file's text (secrets.py)
     "sglang_api_key_argv": ("secrets.api_key_argv", "planner.PlanError"),
     "sglang_api_key_config": ("secrets.api_key_config", "planner.PlanError", ValueError),

@@ -89,6 +89,13 @@ options:
     description: $ per GPU-hour (C(sglang_gpu_hour_cost)); gives the record's C(cost_per_mtok) - $ per 1M output
       tokens at the peak and at the SLO, C(gpu_hour_cost x gpus_used / 3600 / tok_s x 1e6).
     type: float
+  timing:
+    description:
+      - A sweep's clock marks of the layout, C({start, ready, stop_s, gate_waited_s}) (epoch seconds on the
+        controller; C(end) is the time this module runs, after the stop). The record's C(timing) is then
+        C({deploy_s, ready_s, bench_s, stop_s, tool_s, wall_s}) computed by results.layout_timing from these
+        and the record's health and levels (its C(formulas.timing) says how); without it C(timing) is null.
+    type: dict
 attributes:
   check_mode:
     support: full
@@ -155,6 +162,7 @@ latest:
 """
 
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_layouts import results
@@ -187,6 +195,7 @@ def main():
             "layout": {"type": "str"},
             "status": {"type": "str", "default": "ok", "choices": list(results.STATUSES)},
             **RECORD_OPTIONS,
+            "timing": {"type": "dict"},
         },
         required_if=[("state", "present", ["host", "layout"]), ("state", "query", ["host", "layout"])],
         supports_check_mode=True,
@@ -213,8 +222,23 @@ def main():
                 out["status"] = results.load_record(path).get("status")
             module.exit_json(**out)
 
+        timing = None
+        if p["timing"]:
+            marks = {"end": time.time(), **{k: p["timing"].get(k) for k in ("start", "ready")}}
+            timing = results.layout_timing(
+                marks,
+                p["health"],
+                (p["bench"] or {}).get("levels"),
+                p["timing"].get("stop_s"),
+                p["timing"].get("gate_waited_s"),
+            )
         record = results.build_record(
-            p["run_id"], p["host"], p["layout"], p["status"], **{k: p[k] for k in RECORD_OPTIONS}
+            p["run_id"],
+            p["host"],
+            p["layout"],
+            p["status"],
+            timing=timing,
+            **{k: p[k] for k in RECORD_OPTIONS},
         )
         short = {k: v for k, v in record.items() if k not in ("levels", "formulas", "health", "evidence")}
         if module.check_mode:

@@ -70,6 +70,9 @@ class Engine:
     # -- the roles --
     # the inventory variable naming the venv whose python runs it (group_vars/all/engine.yml)
     venv_var: str = "sglang_venv_path"
+    # what its JIT kernel builds run at start (jit_toolchain.py checks them on the unit's PATH at
+    # provision): SGLang and flashinfer call ninja, nvcc and c++, and compile flashinfer's data/
+    jit_tools: tuple[str, ...] = ()
 
     @property
     def unit_prefix(self) -> str:
@@ -112,6 +115,7 @@ SGLANG = Engine(
     },
     kv_stop_message="SGLang stops with 'Loaded weights leave no GPU memory for the KV cache' (0.5.16; 'Not enough memory' before)",
     api_key_config_key="api-key",
+    jit_tools=("nvcc", "ninja", "c++", "flashinfer data"),
 )
 
 VLLM = Engine(
@@ -173,9 +177,15 @@ def engine(name: str | None) -> Engine:
 def role_facts(name: str | None) -> dict:
     """What the roles read of a layout's engine: how units and messages name it, the variable naming
     its venv, and whether it is the simulator (which runs `python3 -m sglang_sim` from the role's
-    own copy instead of a venv)."""
+    own copy instead of a venv), and what its JIT builds run (none for the simulator: it compiles nothing)."""
     eng = engine(name)
-    return {"label": eng.label, "venv_var": eng.venv_var, "simulated": (name or "").lower() == "sim"}
+    simulated = (name or "").lower() == "sim"
+    return {
+        "label": eng.label,
+        "venv_var": eng.venv_var,
+        "simulated": simulated,
+        "jit_tools": [] if simulated else list(eng.jit_tools),
+    }
 
 
 # What ci/oracle.sh accepts as an SGLang version; anything else never names a file under data/.

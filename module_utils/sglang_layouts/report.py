@@ -30,6 +30,7 @@ OPTIONAL_COLUMNS = (
     "predicted_single_tok_s",
     "predicted_peak_tok_s",
     "speed_flag",
+    "tool_s",
 )
 
 COLUMNS = (
@@ -55,6 +56,8 @@ COLUMNS = (
     ("cost_peak", "$/1M tok at peak"),
     ("cost_slo", "$/1M tok under SLO"),
     ("ready_s", "ready s"),
+    # the tool's own time for the layout (record timing.tool_s, results.FORMULAS["timing"])
+    ("tool_s", "tool s"),
     ("kv_predicted", "KV tokens predicted"),
     ("kv_measured", "KV tokens measured"),
     ("kv_error_pct", "KV error %"),
@@ -142,6 +145,7 @@ def rows(records):
                 "cost_peak": cost.get("peak"),
                 "cost_slo": cost.get("slo"),
                 "ready_s": health.get("ready_after_s"),
+                "tool_s": (rec.get("timing") or {}).get("tool_s"),
                 "kv_predicted": kv.get("predicted"),
                 "kv_measured": kv.get("measured"),
                 "kv_error_pct": kv.get("error_pct"),
@@ -259,7 +263,7 @@ def _fmt(v, key=None):
             return f"{v:+.1f}"
         if key in ("cost_peak", "cost_slo"):
             return f"{v:.3f}"
-        return f"{v:.1f}" if abs(v) >= 10 or key in ("ready_s",) else f"{v:.2f}"
+        return f"{v:.1f}" if abs(v) >= 10 or key in ("ready_s", "tool_s") else f"{v:.2f}"
     return str(v)
 
 

@@ -38,7 +38,44 @@ FORMULAS = dict(
     "sglang_gpu_hour_cost, $ per GPU-hour); peak: tok_s = summary.peak_output_tok_s; slo: tok_s = "
     "summary.slo_goodput_tok_s (the best goodput of a level meeting the SLO); null without a cost, without GPUs "
     "used or without the throughput",
+    timing="seconds of one layout in a sweep, from the controller's clock marks (start: the layout's first "
+    "task; ready: the readiness gate's verdict, ready or failed; end: after the stop, as the record is stored): "
+    "deploy_s = ready - start (preflight, files, start and gate, Ansible included); ready_s = the engine's start "
+    "as the gate measured it (health.ready_after_s, else the seconds until the gate's failure verdict, else 0); "
+    "bench_s = the sum of the measured levels' duration_s; stop_s = the engine's stop (the supervisor's "
+    "waited_s summed over the units, under systemd the stop tasks' wall time); wall_s = end - start; "
+    "tool_s = wall_s - ready_s - bench_s - stop_s (what the tool itself adds: Ansible's tasks, preflight, "
+    "the gate's polling, the benchmark's setup and collection, storing the record)",
 )
+
+
+def layout_timing(marks, health=None, levels=None, stop_s=None, gate_waited_s=None):
+    """{deploy_s, ready_s, bench_s, stop_s, tool_s, wall_s} of one layout (FORMULAS["timing"]).
+    marks = {"start", "ready", "end"} in epoch seconds (ready may be missing: the layout never reached
+    the gate); health = sglang_health's facts; levels = the measured levels; stop_s = the engine's stop;
+    gate_waited_s = the seconds until the gate's failure verdict when the engine did not become ready."""
+
+    def num(v):
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            return None
+
+    start, ready, end = (num((marks or {}).get(k)) for k in ("start", "ready", "end"))
+    ready_s = num((health or {}).get("ready_after_s"))
+    if ready_s is None:
+        ready_s = num(gate_waited_s) or 0.0
+    bench_s = sum(num(lv.get("duration_s")) or 0.0 for lv in (levels or []) if isinstance(lv, dict))
+    stop_s = num(stop_s) or 0.0
+    wall_s = end - start if start is not None and end is not None else None
+    return {
+        "deploy_s": round(ready - start, 3) if start is not None and ready is not None else None,
+        "ready_s": round(ready_s, 3),
+        "bench_s": round(bench_s, 3),
+        "stop_s": round(stop_s, 3),
+        "tool_s": round(wall_s - ready_s - bench_s - stop_s, 3) if wall_s is not None else None,
+        "wall_s": round(wall_s, 3) if wall_s is not None else None,
+    }
 
 
 def cost_per_mtok(gpu_hour_cost, gpus_used, summary):
@@ -125,9 +162,11 @@ def build_record(
     gpu=None,
     extra=None,
     gpu_hour_cost=None,
+    timing=None,
 ):
     """Assemble a record (no I/O). plan = the planner's entry for the layout; health = sglang_health facts;
-    bench = the sglang_bench facts; gpu_hour_cost = $ per GPU-hour (sglang_gpu_hour_cost) for cost_per_mtok."""
+    bench = the sglang_bench facts; gpu_hour_cost = $ per GPU-hour (sglang_gpu_hour_cost) for cost_per_mtok;
+    timing = layout_timing's result (a sweep's layout), else null."""
     check_name("host", host)
     check_name("layout", layout)
     check_name("run id", run_id)
@@ -199,6 +238,7 @@ def build_record(
         "levels": with_predicted_speed((bench or {}).get("levels"), plan.get("speed")),
         "bench_config": (bench or {}).get("config"),
         "server": (bench or {}).get("server"),
+        "timing": timing or None,
         "formulas": FORMULAS,
         "extra": extra or {},
     }

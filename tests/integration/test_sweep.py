@@ -77,6 +77,17 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir, 
     # the speed it was measured against: the simulated engine runs on that same model (speed.py)
     assert set(tp8["prediction"]["speed"]["by_concurrency"]) == {"1", "4"}
     assert all(lv["predicted_output_tok_s"] > 0 for lv in tp8["levels"])
+    # where the layout's time went: the engine's start, the levels, the stop, and the tool's own rest
+    t = tp8["timing"]
+    assert set(t) == {"deploy_s", "ready_s", "bench_s", "stop_s", "tool_s", "wall_s"}
+    assert t["ready_s"] == tp8["health"]["ready_after_s"]
+    assert t["bench_s"] == round(sum(lv["duration_s"] for lv in tp8["levels"]), 3) > 0
+    assert t["stop_s"] > 0 and t["deploy_s"] >= t["ready_s"]
+    assert (
+        abs(t["tool_s"] - (t["wall_s"] - t["ready_s"] - t["bench_s"] - t["stop_s"])) < 0.01
+        and t["tool_s"] > 0
+    )
+    assert "timing" in tp8["formulas"]
     # planner refusals are results, with the verdict and the reasons
     oom, inv = recs["tp4ep2.json"], recs["tp2ep4.json"]
     assert (oom["status"], oom["prediction"]["verdict"]) == ("skipped", "oom") and oom["reasons"]
@@ -87,6 +98,7 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir, 
     assert "Winner for single-request speed: tp8" in report and "tp8 (simulated)" in report
     # the seed's by-hand figures beside the prediction, its TP8 flagged with the named cause
     assert "| seed-box | tp8 (reference) | 26.3 |" in report and "slower_than_hardware" in report
+    assert "| tool s |" in report
     for name in ("summary.csv", "summary.json", "throughput.png", "pareto.png"):
         assert (out_dir / name).stat().st_size > 0
     assert (results / "latest").resolve() == out_dir.resolve()
@@ -115,6 +127,12 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir, 
     failed = recs["tp4ep2.attempt2.json"]
     assert failed["status"] == "failed" and failed["attempt"] == 2
     assert failed["failure_class"] not in (None, "", "error") and failed["evidence"]
+    # a start that failed: its record is stored after the stop too, the gate's wait is the engine's start
+    assert (
+        failed["timing"]["ready_s"] > 0
+        and failed["timing"]["bench_s"] == 0
+        and failed["timing"]["tool_s"] > 0
+    )
     # the report prefers the latest attempt and is re-runnable from the stored records alone
     r4 = run_playbook("report.yml", extravars={"sglang_results_dir": str(results), "run_id": run_id})
     assert r4.status == "successful", failed_messages(r4)

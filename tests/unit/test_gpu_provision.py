@@ -56,7 +56,7 @@ def plain(value):
     return value["value"] if isinstance(value, dict) and "__ansible_type" in value else value
 
 
-def provision(tmp_path: Path, env: dict, check: bool = False, **extravars):
+def provision(tmp_path: Path, env: dict, check: bool = False, tags: str = "gpu_facts,cuda", **extravars):
     """provision.yml's GPU parts; returns (rc, the playbook's output, the runner's fact cache folder)."""
     r = run_playbook(
         "provision.yml",
@@ -68,7 +68,7 @@ def provision(tmp_path: Path, env: dict, check: bool = False, **extravars):
             "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",  # one line per value: long paths are not wrapped
             "PATH": f"{env['bin']}{os.pathsep}{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
         },
-        tags="gpu_facts,cuda",
+        tags=tags,
         cmdline="--check" if check else None,
         timeout=300,
     )
@@ -137,3 +137,57 @@ def test_unknown_cuda_method_is_refused_before_anything(tmp_path):
     assert rc != 0
     assert "cuda_method" in out
     assert "apt, existing, wheels" in out
+
+
+def jit_host(tmp_path: Path) -> dict:
+    """The H200's layout in a folder the service user can enter: a base env whose bin/ has ninja, a
+    venv whose python is the host's, flashinfer installed without its data/ folder or with it."""
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="sglang-jit-", dir="/tmp"))
+    root.chmod(0o755)
+    (root / "torch" / "bin").mkdir(parents=True)
+    write_script(root / "torch" / "bin" / "ninja", "#!/bin/sh\nexit 0\n")
+    (root / "cuda" / "bin").mkdir(parents=True)
+    write_script(root / "cuda" / "bin" / "nvcc", "#!/bin/sh\nexit 0\n")
+    (root / "venv" / "bin").mkdir(parents=True)
+    (root / "venv" / "bin" / "python").symlink_to("/usr/bin/python3")
+    return {"root": root, "base": root / "torch", "venv": root / "venv", "cuda": root / "cuda"}
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="needs the host's /usr/bin/python3")
+def test_the_readme_snippet_puts_the_base_envs_ninja_on_the_units_path_and_provision_checks_it(tmp_path):
+    import shutil
+
+    env = setup(tmp_path)
+    jit = jit_host(tmp_path)
+    try:
+        rc, out, _ = provision(
+            tmp_path,
+            env,
+            tags="jit_check",
+            sglang_venv_path=str(jit["venv"]),
+            sglang_venv_base_env=str(jit["base"]),
+            cuda_home=str(jit["cuda"]),
+        )
+        assert rc == 0, out
+        assert f"ninja {jit['base']}/bin/ninja" in out
+        assert f"nvcc {jit['cuda']}/bin/nvcc" in out
+        # the unit's PATH, as the summary shows it, is what the probe searched
+        assert f"{jit['venv']}/bin:{jit['base']}/bin:{jit['cuda']}/bin:/usr/local/bin:/usr/bin:/bin" in out
+
+        # a PATH without them (here given outright, as sglang_service_extra_env may): named, with the fix
+        rc, out, _ = provision(
+            tmp_path,
+            env,
+            tags="jit_check",
+            sglang_venv_path=str(jit["venv"]),
+            sglang_service_extra_env={"PATH": str(jit["root"])},
+        )
+        assert rc != 0
+        assert "JIT builds would fail" in out
+        assert f"ninja not found on the unit's PATH ({jit['root']})" in out
+        assert "set sglang_venv_base_env to the environment that has it" in out
+        assert "a C++ compiler (c++, g++ or $CXX) not found" in out
+    finally:
+        shutil.rmtree(jit["root"])

@@ -152,3 +152,24 @@ def test_without_matplotlib_the_tables_are_written_and_the_plots_skipped(tmp_pat
     md = (tmp_path / "run1" / "REPORT.md").read_text()
     assert "Plots skipped: matplotlib is not installed" in md and "Winner for peak throughput: ep8" in md
     assert not list((tmp_path / "run1").glob("*.png"))
+
+
+def test_the_tools_own_time_is_a_column_when_records_have_it(tmp_path):
+    rd = str(tmp_path)
+    _fill(rd)
+    results.update_latest(rd, "run1")
+    md = report.build_report(rd, None, plots=False) and (tmp_path / "run1" / "REPORT.md").read_text()
+    assert "tool s" not in md  # records without timing: no empty column
+    timing = results.layout_timing(
+        {"start": 0, "ready": 12, "end": 40}, {"ready_after_s": 10}, [{"duration_s": 20}], 2
+    )
+    _store(rd, "dp-attention", 8, [_level(1, 30.0, 30.0, 45.0)], timing=timing)
+    report.build_report(rd, None, plots=False)
+    md = (tmp_path / "run1" / "REPORT.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| layout"))
+    assert "| ready s | tool s |" in header
+    row = next(line for line in md.splitlines() if line.startswith("| dp-attention"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[header.strip("|").split("|").index(" tool s ")] == "8.0"
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "run1" / "summary.csv").read_text())))
+    assert next(r for r in rows if r["layout"] == "dp-attention")["tool_s"] == "8.0"

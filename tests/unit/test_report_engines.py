@@ -101,16 +101,18 @@ def test_old_records_without_an_engine_field(tmp_path):
     assert report.engine_of({}) == "sglang"
 
 
-def test_the_roles_read_each_engines_label_venv_and_whether_it_is_simulated():
+def test_the_roles_read_each_engines_label_venv_whether_it_is_simulated_and_its_jit_tools():
     assert engines.role_facts("vllm") == {
         "label": "vLLM",
         "venv_var": "vllm_venv_path",
         "simulated": False,
+        "jit_tools": [],
     }
     assert engines.role_facts("sim") == {
         "label": "SGLang",
         "venv_var": "sglang_venv_path",
         "simulated": True,
+        "jit_tools": [],
     }
     assert (
         engines.role_facts(None)
@@ -119,6 +121,7 @@ def test_the_roles_read_each_engines_label_venv_and_whether_it_is_simulated():
             "label": "SGLang",
             "venv_var": "sglang_venv_path",
             "simulated": False,
+            "jit_tools": ["nvcc", "ninja", "c++", "flashinfer data"],
         }
     )
     with pytest.raises(PlanError, match="engine 'tgi' is not known"):

@@ -135,3 +135,45 @@ def test_record_keeps_the_speed_it_was_measured_against():
     assert rec["prediction"]["speed"] == speed
     assert [lv["predicted_output_tok_s"] for lv in rec["levels"]] == [45.0, None]
     assert "predicted_output_tok_s" not in bench["levels"][0]  # the bench facts are not changed in place
+
+
+def test_layout_timing_is_the_wall_time_less_the_engines_start_levels_and_stop():
+    # the layout: ready in 99.9 s, 22.9 s of levels, records 146 s apart
+    marks = {"start": 1000.0, "ready": 1103.0, "end": 1146.0}
+    levels = [{"duration_s": 12.9}, {"duration_s": 10.0}, {"concurrency": 64}]
+    t = results.layout_timing(marks, {"ready_after_s": 99.9}, levels, stop_s=1.2)
+    assert t == {
+        "deploy_s": 103.0,
+        "ready_s": 99.9,
+        "bench_s": 22.9,
+        "stop_s": 1.2,
+        "tool_s": 22.0,
+        "wall_s": 146.0,
+    }
+    assert "tool_s = wall_s - ready_s - bench_s - stop_s" in results.FORMULAS["timing"]
+
+
+def test_layout_timing_of_a_start_that_failed_counts_the_gates_wait():
+    t = results.layout_timing(
+        {"start": "10.0", "ready": "50.0", "end": "57.5"}, {}, None, "0", gate_waited_s=38.8
+    )
+    assert t == {
+        "deploy_s": 40.0,
+        "ready_s": 38.8,
+        "bench_s": 0.0,
+        "stop_s": 0.0,
+        "tool_s": 8.7,
+        "wall_s": 47.5,
+    }
+    # no marks: nothing is made up
+    t = results.layout_timing({}, {}, [], None)
+    assert t["tool_s"] is None and t["wall_s"] is None and t["deploy_s"] is None
+
+
+def test_the_record_keeps_the_timing():
+    timing = results.layout_timing(
+        {"start": 0, "ready": 5, "end": 9}, {"ready_after_s": 4}, [{"duration_s": 3}], 1
+    )
+    rec = results.build_record("r1", "h", "tp8", "ok", engine="sim", timing=timing)
+    assert rec["timing"]["tool_s"] == 1.0 and "timing" in rec["formulas"]
+    assert results.build_record("r1", "h", "tp8", "ok", engine="sim")["timing"] is None
