@@ -32,12 +32,13 @@ FAILED = {
         "ValueError: Loaded weights leave no GPU memory for the KV cache",
     ),
     "fail-flashinfer-jit-no-data.kimi-k2.6-cut8.log": ("jit_build_failed", ""),
-    # constructed (README): ninja not on the unit's PATH at flashinfer's first JIT build
+    # H200 2026-12-03: ninja not on the PATH at the first prefill CUDA-graph capture's JIT build;
+    # SGLang logs the error as a record of its own, then the scheduler's traceback ends with it
     "fail-jit-no-ninja.qwen3-30b-a3b.log": (
         "jit_build_failed",
-        "FileNotFoundError: [Errno 2] No such file or directory: 'ninja'",
+        "[2026-12-03 19:44:23] FileNotFoundError: [Errno 2] No such file or directory: 'ninja'",
     ),
-    # constructed (README): tp 2 on a one-GPU host, TP1's torch.cuda.set_device(1)
+    # H200 2026-12-03: tp 2 on the one-GPU host (forced), TP1's scheduler cannot set its device
     "fail-gpu-unavailable-tp2.qwen3-30b-a3b.log": (
         "gpu_unavailable",
         "torch.AcceleratorError: CUDA error: invalid device ordinal",
@@ -134,9 +135,9 @@ def test_an_exit_seen_before_the_traceback_is_read_waits_for_its_final_exception
     assert failure.evidence["log_tail"][-1] == lines[-1]
 
 
-def test_a_definitive_line_inside_a_traceback_waits_for_the_final_exception(monkeypatch):
-    # The process lives; the first exception of the chain (FileNotFoundError: 'ninja') is
-    # definitive, but the verdict waits until the traceback ended: the next log record.
+def test_a_missing_build_tool_is_a_jit_build_failure_while_the_process_lives(monkeypatch):
+    # The process lives and the log comes 4 lines a read: the class, the line that says what
+    # happened (the FileNotFoundError, not the traceback's header) and the hint, from content alone.
     monkeypatch.setattr(health_gate, "TRACEBACK_QUIET_S", 30.0)
     lines = _engine_lines("fail-jit-no-ninja.qwen3-30b-a3b.log")
     follower = ScriptedFollower([lines[i : i + 4] for i in range(0, len(lines), 4)])
@@ -144,13 +145,25 @@ def test_a_definitive_line_inside_a_traceback_waits_for_the_final_exception(monk
         health.wait_ready(f"http://127.0.0.1:{free_port()}", follower, _alive, poll=0.05, timeout=120)
     ev = exc.value.evidence
     assert exc.value.failure_class == "jit_build_failed"
-    assert ev["line"] == "FileNotFoundError: [Errno 2] No such file or directory: 'ninja'"
-    final = next(
-        i for i, ln in enumerate(ev["log_tail"]) if ln.startswith("Exception: Capture cuda graph failed")
-    )
-    assert any("Received sigquit from a child process" in ln for ln in ev["log_tail"][final:])
+    assert ev["line"].endswith("FileNotFoundError: [Errno 2] No such file or directory: 'ninja'")
     for what in ("ninja", "PATH"):
         assert what in exc.value.hint
+
+
+def test_a_definitive_line_inside_a_traceback_waits_for_the_traceback_to_end(monkeypatch):
+    # TP1's "invalid device ordinal" is inside the scheduler's traceback; the process lives and the
+    # log comes 4 lines a read: the verdict waits until the traceback has ended (the launcher's next
+    # record), so what was raised is read whole and the evidence is the exception, not the header.
+    monkeypatch.setattr(health_gate, "TRACEBACK_QUIET_S", 30.0)
+    lines = _engine_lines("fail-gpu-unavailable-tp2.qwen3-30b-a3b.log")
+    follower = ScriptedFollower([lines[i : i + 4] for i in range(0, len(lines), 4)])
+    with pytest.raises(health.HealthFailure) as exc:
+        health.wait_ready(f"http://127.0.0.1:{free_port()}", follower, _alive, poll=0.05, timeout=120)
+    ev = exc.value.evidence
+    assert exc.value.failure_class == "gpu_unavailable"
+    assert ev["line"] == "torch.AcceleratorError: CUDA error: invalid device ordinal"
+    raised = ev["log_tail"].index(ev["line"])
+    assert any("Received sigquit from a child process" in ln for ln in ev["log_tail"][raised:])
 
 
 def test_a_gpu_index_past_the_host_says_the_layout_asks_for_too_many_gpus():
