@@ -232,7 +232,7 @@ REPLAYS = {
     "fail-oom-at-load.kimi-k2.6-cut18.log": "cuda_oom",
     "fail-kv-no-memory.kimi-k2.6-cut8-mfs045.log": "kv_cache_no_memory",
     "fail-flashinfer-jit-no-data.kimi-k2.6-cut8.log": "jit_build_failed",
-    # constructed from the real logs' format until the real capture replaces them (fixtures README)
+    # the two failures of issue 28, captured on the H200 (fixtures README)
     "fail-jit-no-ninja.qwen3-30b-a3b.log": "jit_build_failed",
     "fail-gpu-unavailable-tp2.qwen3-30b-a3b.log": "gpu_unavailable",
     "qwen3-30b-a3b.log": None,
