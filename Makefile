@@ -69,9 +69,9 @@ sim: $(STAMP) ## run the simulated engine in the foreground: make sim ARGS="--mo
 
 # CI's box has 2 cores and the suites are CPU-bound together, so the order decides the time.
 # Molecule, the longest, starts at once. Beside it lint and unit run first, side by side and at a
-# higher priority (nice -10, as root): some unit tests time a client or the gate against a server
-# to the millisecond. Then integration and conformance. Each suite's output is printed whole when
-# it ends (-O). TEST_WORKERS: pytest processes of the integration suite (pytest-xdist, one test
+# higher priority (nice -10, as root), so that a quick failure shows early; no test's verdict
+# depends on the priority (make test-under-load). Then integration and conformance. Each suite's
+# output is printed whole when it ends (-O), and the stages' seconds at the end (ci/stage.sh). TEST_WORKERS: pytest processes of the integration suite (pytest-xdist, one test
 # file per worker, so a file's module-scoped deployment is made once).
 TEST_WORKERS ?= 2
 test: ## everything CI runs: molecule from the start; beside it lint and unit, then integration and conformance
