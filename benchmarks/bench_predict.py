@@ -263,7 +263,7 @@ def targets(rows, summ):
         f"median {summ['h200']['median_abs_error_pct']:.1f} % (target 8 %)",
         "seed: flagged (measured outside 0.6-1.4 x the prediction): "
         + (", ".join(r["what"] for r in flagged) or "none")
-        + " (cause named in inventory/demo/reference-measurements.json)",
+        + " (cause named in benchmarks/reference/seed-box.json)",
         "seed: unflagged figures beyond 30 %: "
         + (", ".join(f"{r['what']} {r['error_pct']:+.0f}%" for r in outside) or "none"),
     ]

@@ -72,6 +72,9 @@ def test_plan_writes_json_and_says_why(run_playbook, tmp_path):
             assert key in e
     table = debug_msg(r, "Show the plan")
     assert "tp4ep2" in table and "uses 4 of the 8 GPUs" in table
+    # nothing in the inventory folder that Ansible cannot read as inventory, no other warning
+    warnings = [ln for ln in r.stdout.read().splitlines() if "[WARNING]" in ln]
+    assert not warnings, warnings
     units = sorted(p.name for p in (out / "seed-box").glob("*.service"))
     assert "sglang-kimi-k2-6-ep8.service" in units
     assert "sglang-kimi-k2-6-tp2ep4.service" not in units  # invalid layouts get no unit

@@ -199,7 +199,7 @@ def test_a_real_row_far_below_its_prediction_is_flagged_with_its_own_evidence():
 def test_the_demos_reference_rows_are_set_beside_the_prediction_at_their_own_workload():
     from sglang_layouts import speed_check
 
-    reference = json.loads((REPO / "inventory/demo/reference-measurements.json").read_text())
+    reference = json.loads((REPO / "benchmarks/reference/seed-box.json").read_text())
     rec = _record(_seed_tp8(), [(1, 80.0), (64, 600.0)], simulated=True)
     tp8, pp8, _ep8 = speed_check.reference_rows(reference, [rec])
     assert tp8["predicted_single_tok_s"] == pytest.approx(85, rel=0.05)  # the physics; the seed measured 26.3
