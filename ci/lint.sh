@@ -6,6 +6,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
+# ansible-lint runs ansible-playbook and friends from PATH (and warns when its own folder is not on it)
+export PATH="$PWD/$BIN:$PATH"
 rc=0
 "$BIN/ruff" check . || rc=1
 "$BIN/ruff" format --check . || rc=1

@@ -1,6 +1,9 @@
 """plan.yml and the shared group_vars, through ansible-runner on the real inventories."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -226,3 +229,30 @@ def test_every_bad_input_is_refused_by_plan_yml_in_one_run(run_playbook, tmp_pat
             (unit,) = units.values()
             assert value not in unit and f'Environment="{name}=' not in unit
             assert "EnvironmentFile=/etc/sglang/sglang-kimi-k2-6-tp8.env" in unit
+
+
+def test_a_refusal_is_printed_once_on_the_console(tmp_path):
+    """ansible-playbook as a user runs it (the repo's ansible.cfg and its stdout callback): the
+    sentence that says what to write instead appears once, without Ansible's error block around it."""
+    bad = tmp_path / "bad.yml"
+    bad.write_text(yaml.safe_dump({"sglang_layouts": [{"name": "all", "tp": 8}]}))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0"}
+    env.pop("ANSIBLE_STDOUT_CALLBACK", None)
+    proc = subprocess.run(
+        [
+            os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
+            "playbooks/plan.yml",
+            *("-e", f"@{bad}", "-e", f"sglang_plan_dir={tmp_path / 'plan'}"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert out.count("name is reserved") == 1, out
+    assert "[ERROR]" not in out and "Origin:" not in out, out
+    assert not (tmp_path / "plan").exists()
