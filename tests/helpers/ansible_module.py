@@ -29,7 +29,9 @@ def run_module(
     text = args if isinstance(args, str) else json.dumps(args)
     cmd = [str(ANSIBLE), "localhost", "-i", "localhost,", "-c", "local", "-m", module, "-a", text]
     cmd += ["-e", f"ansible_python_interpreter={python}", *extra]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    # a ceiling only a hang reaches: one run is ~2 CPU-s, but at load 40 (make test-under-load
+    # beside molecule) a run of ansible was seen to take over 120 s
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     # profile_tasks (ansible.cfg) prints timing lines around the json callback's document
     assert "{" in proc.stdout, f"no JSON from ansible: {proc.stdout}\n{proc.stderr}"
     doc = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{") :])[0]
