@@ -19,7 +19,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = PACKAGE_ROOT / "models" / "kimi-k2.6"
 # Every wait below returns on its event (a log line, an open port, the exit); this ceiling only
 # catches a hang, so a slow or busy host never decides a verdict.
-HANG_S = 120.0
+HANG_S = 300.0
 
 
 def free_port() -> int:

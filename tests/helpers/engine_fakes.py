@@ -22,7 +22,7 @@ from sglang_layouts import health
 from tests.helpers.fake_http import JsonHandler, LoopbackServer
 from tests.helpers.net import free_port
 
-HANG_S = 120.0  # a ceiling on a wait for an event: only a hang reaches it
+HANG_S = 300.0  # a ceiling on a wait for an event: only a hang reaches it (load 40 slows a start by minutes)
 
 
 def _wait_then_sleep(after, delay):
