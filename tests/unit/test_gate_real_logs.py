@@ -135,32 +135,35 @@ def test_an_exit_seen_before_the_traceback_is_read_waits_for_its_final_exception
     assert failure.evidence["log_tail"][-1] == lines[-1]
 
 
-def test_a_missing_build_tool_is_a_jit_build_failure_while_the_process_lives(monkeypatch):
-    # The process lives and the log comes 4 lines a read: the class, the line that says what
-    # happened (the FileNotFoundError, not the traceback's header) and the hint, from content alone.
+def _live_failure(monkeypatch, name):
+    """The gate's failure over a real log read 4 lines at a time while the process lives: the
+    verdict can come from the log's content alone (a traceback stays open for 30 s of quiet)."""
     monkeypatch.setattr(health_gate, "TRACEBACK_QUIET_S", 30.0)
-    lines = _engine_lines("fail-jit-no-ninja.qwen3-30b-a3b.log")
+    lines = _engine_lines(name)
     follower = ScriptedFollower([lines[i : i + 4] for i in range(0, len(lines), 4)])
     with pytest.raises(health.HealthFailure) as exc:
         health.wait_ready(f"http://127.0.0.1:{free_port()}", follower, _alive, poll=0.05, timeout=120)
-    ev = exc.value.evidence
-    assert exc.value.failure_class == "jit_build_failed"
-    assert ev["line"].endswith("FileNotFoundError: [Errno 2] No such file or directory: 'ninja'")
+    return exc.value
+
+
+def test_a_missing_build_tool_is_a_jit_build_failure_while_the_process_lives(monkeypatch):
+    # the class, the line that says what happened (the FileNotFoundError, not the traceback's
+    # header) and the hint
+    failure = _live_failure(monkeypatch, "fail-jit-no-ninja.qwen3-30b-a3b.log")
+    assert failure.failure_class == "jit_build_failed"
+    assert failure.evidence["line"].endswith(
+        "FileNotFoundError: [Errno 2] No such file or directory: 'ninja'"
+    )
     for what in ("ninja", "PATH"):
-        assert what in exc.value.hint
+        assert what in failure.hint
 
 
 def test_a_definitive_line_inside_a_traceback_waits_for_the_traceback_to_end(monkeypatch):
-    # TP1's "invalid device ordinal" is inside the scheduler's traceback; the process lives and the
-    # log comes 4 lines a read: the verdict waits until the traceback has ended (the launcher's next
-    # record), so what was raised is read whole and the evidence is the exception, not the header.
-    monkeypatch.setattr(health_gate, "TRACEBACK_QUIET_S", 30.0)
-    lines = _engine_lines("fail-gpu-unavailable-tp2.qwen3-30b-a3b.log")
-    follower = ScriptedFollower([lines[i : i + 4] for i in range(0, len(lines), 4)])
-    with pytest.raises(health.HealthFailure) as exc:
-        health.wait_ready(f"http://127.0.0.1:{free_port()}", follower, _alive, poll=0.05, timeout=120)
-    ev = exc.value.evidence
-    assert exc.value.failure_class == "gpu_unavailable"
+    # TP1's "invalid device ordinal" is inside the scheduler's traceback: the verdict waits until the
+    # traceback has ended (the launcher's next record), so the evidence is the exception, read whole.
+    failure = _live_failure(monkeypatch, "fail-gpu-unavailable-tp2.qwen3-30b-a3b.log")
+    ev = failure.evidence
+    assert failure.failure_class == "gpu_unavailable"
     assert ev["line"] == "torch.AcceleratorError: CUDA error: invalid device ordinal"
     raised = ev["log_tail"].index(ev["line"])
     assert any("Received sigquit from a child process" in ln for ln in ev["log_tail"][raised:])

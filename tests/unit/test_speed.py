@@ -8,6 +8,12 @@ from sglang_layouts import planner, speed
 from sglang_layouts.gpu_specs import gpu_spec
 
 REPO = Path(__file__).resolve().parents[2]
+# the seed's model as an inventory names it: the host's folder, the config read on the controller
+KIMI_MODEL = {
+    "name": "kimi-k2.6",
+    "path": "/models/kimi-k2.6",
+    "hf_config_file": str(REPO / "models/kimi-k2.6/config.json"),
+}
 RESULTS = REPO / "benchmarks" / "results" / "collectives-h200x2-2026-11-29.json"
 DATA = REPO / "module_utils" / "sglang_layouts" / "data" / "collectives_nvlink.json"
 QWEN_TP1 = REPO / "benchmarks/results/h200-2026-12-02/results/h200-qwen3-30b-a3b/gpu-host/tp1.json"
@@ -107,11 +113,7 @@ def test_an_unknown_gpu_gets_no_speed_and_names_the_table():
 def test_the_plan_carries_the_prediction_at_the_inventorys_benchmark():
     inputs = {
         "host": "seed-box",
-        "model": {
-            "name": "kimi-k2.6",
-            "path": "/models/kimi-k2.6",
-            "hf_config_file": str(REPO / "models/kimi-k2.6/config.json"),
-        },
+        "model": KIMI_MODEL,
         "layouts": [{"name": "tp8", "tp": 8}, {"name": "tp2", "tp": 2}],
         "hardware": SEED,
         "serving": {},
@@ -157,11 +159,7 @@ def _record(plan_entry, levels, argv_extra=(), env=None, simulated=False):
 def _seed_tp8():
     inputs = {
         "host": "seed-box",
-        "model": {
-            "name": "kimi-k2.6",
-            "path": "/models/kimi-k2.6",
-            "hf_config_file": str(REPO / "models/kimi-k2.6/config.json"),
-        },
+        "model": KIMI_MODEL,
         "layouts": [{"name": "tp8", "tp": 8}],
         "hardware": SEED,
         "serving": {"max_running_requests": 64},
