@@ -11,6 +11,8 @@ GPU_ANSIBLE="env PYTHONPATH=$ANS python3 $ANS/bin/ansible-playbook"
 # the lease's folder (its gpu-vars.yml, keyed-vars.yml): RESULTS=benchmarks/results/<lease> to change
 RESULTS=${RESULTS:-benchmarks/results/h200-2026-12-02-units}
 VARS="-e @$PWD/${GPU_VARS:-$RESULTS/gpu-vars.yml}"
+# more vars files after the lease's own, later ones winning: EXTRA_VARS="a.yml b.yml"
+for f in ${EXTRA_VARS:-}; do VARS="$VARS -e @$PWD/$f"; done
 KEYED="-e @$PWD/${KEYED_VARS:-$RESULTS/keyed-vars.yml}"
 case "$1" in
 probe)
