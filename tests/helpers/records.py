@@ -5,7 +5,6 @@ every record's timing keeps."""
 from __future__ import annotations
 
 import pytest
-
 from sglang_layouts import bench, results
 
 TIMING_ENGINE_PARTS = ("ready_s", "bench_s", "warmup_s", "stop_s")

@@ -127,7 +127,9 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir, 
     assert failed["status"] == "failed" and failed["attempt"] == 2
     assert failed["failure_class"] not in (None, "", "error") and failed["evidence"]
     # a start that failed: its record is stored after the stop too, the gate's wait is the engine's start
-    assert failed["timing"]["ready_s"] > 0 and failed["timing"]["bench_s"] == failed["timing"]["warmup_s"] == 0
+    assert (
+        failed["timing"]["ready_s"] > 0 and failed["timing"]["bench_s"] == failed["timing"]["warmup_s"] == 0
+    )
     assert_timing_adds_up(failed["timing"])
     # the report prefers the latest attempt and is re-runnable from the stored records alone
     r4 = run_playbook("report.yml", extravars={"sglang_results_dir": str(results), "run_id": run_id})

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from sglang_layouts import results
+
 from tests.helpers.records import assert_timing_adds_up
 
 
@@ -168,7 +169,9 @@ def test_layout_timing_keeps_the_warm_ups_and_a_stalled_first_measurement_apart_
         },
         {"duration_s": 2.0, "warmup": None, "stall": {"detected": False}},
     ]
-    t = results.layout_timing({"start": 0.0, "ready": 12.0, "end": 60.0}, {"ready_after_s": 11.0}, levels, 3.0)
+    t = results.layout_timing(
+        {"start": 0.0, "ready": 12.0, "end": 60.0}, {"ready_after_s": 11.0}, levels, 3.0
+    )
     assert (t["bench_s"], t["warmup_s"], t["stop_s"], t["wall_s"]) == (25.0, 2.0, 3.0, 60.0)
     assert t["tool_s"] == 19.0
     assert_timing_adds_up(t)
