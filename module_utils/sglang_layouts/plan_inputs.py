@@ -275,4 +275,8 @@ def inputs_digest(inputs) -> str:
 def plan_current(plan, inputs) -> bool:
     """Whether `plan` (the fact sglang_plan, or nothing yet) was made from these very inputs: then the
     roles read it as it is, and neither plan nor validate them again (the same inputs passed before)."""
-    return isinstance(plan, dict) and bool(plan.get("inputs_digest")) and plan["inputs_digest"] == inputs_digest(inputs)
+    return (
+        isinstance(plan, dict)
+        and bool(plan.get("inputs_digest"))
+        and plan["inputs_digest"] == inputs_digest(inputs)
+    )
