@@ -91,6 +91,8 @@ _FACES = {
     "sglang_layout_secret_env": (_layout_secret_env, "planner.PlanError"),
     # a digest of the planner's inputs: a plan fact made from other inputs is planned again
     "sglang_plan_digest": ("planner.inputs_digest",),
+    # whether a plan fact was made from these inputs (the roles then skip sglang_plan altogether)
+    "sglang_plan_current": ("plan_inputs.plan_current",),
     # the plan as text lines (layout, GPUs, GiB/GPU, budget, KV tokens, verdict, reason)
     "sglang_plan_table": ("plan_table.plan_table",),
     "sglang_plain_env": (_plain_env,),

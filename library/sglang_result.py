@@ -93,7 +93,7 @@ options:
     description:
       - A sweep's clock marks of the layout, C({start, ready, stop_s, gate_waited_s}) (epoch seconds on the
         controller; C(end) is the time this module runs, after the stop). The record's C(timing) is then
-        C({deploy_s, ready_s, bench_s, stop_s, tool_s, wall_s}) computed by results.layout_timing from these
+        C({deploy_s, ready_s, bench_s, warmup_s, stop_s, tool_s, wall_s}) computed by results.layout_timing from these
         and the record's health and levels (its C(formulas.timing) says how); without it C(timing) is null.
     type: dict
 attributes:

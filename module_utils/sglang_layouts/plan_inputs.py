@@ -270,3 +270,13 @@ def inputs_digest(inputs) -> str:
     """sha256 of the planner's inputs as canonical JSON: a stored plan of other inputs is stale."""
     text = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def plan_current(plan, inputs) -> bool:
+    """Whether `plan` (the fact sglang_plan, or nothing yet) was made from these very inputs: then the
+    roles read it as it is, and neither plan nor validate them again (the same inputs passed before)."""
+    return (
+        isinstance(plan, dict)
+        and bool(plan.get("inputs_digest"))
+        and plan["inputs_digest"] == inputs_digest(inputs)
+    )

@@ -42,15 +42,17 @@ FORMULAS = dict(
     "task; ready: the readiness gate's verdict, ready or failed; end: after the stop, as the record is stored): "
     "deploy_s = ready - start (preflight, files, start and gate, Ansible included); ready_s = the engine's start "
     "as the gate measured it (health.ready_after_s, else the seconds until the gate's failure verdict, else 0); "
-    "bench_s = the sum of the measured levels' duration_s; stop_s = the engine's stop (the supervisor's "
-    "waited_s summed over the units, under systemd the stop tasks' wall time); wall_s = end - start; "
-    "tool_s = wall_s - ready_s - bench_s - stop_s (what the tool itself adds: Ansible's tasks, preflight, "
-    "the gate's polling, the benchmark's setup and collection, storing the record)",
+    "bench_s = the sum of the measured levels' duration_s (a level measured again after a stall: both "
+    "measurements); warmup_s = the sum of the levels' unmeasured warm-ups (warmup.seconds: requests at the "
+    "level's own concurrency, the engine's work, kept apart from bench_s); stop_s = the engine's stop (the "
+    "supervisor's waited_s summed over the units, under systemd the stop tasks' wall time); wall_s = end - start; "
+    "tool_s = wall_s - ready_s - bench_s - warmup_s - stop_s (what the tool itself adds: Ansible's tasks, "
+    "preflight, the gate's polling, the benchmark's setup and collection between its levels, storing the record)",
 )
 
 
 def layout_timing(marks, health=None, levels=None, stop_s=None, gate_waited_s=None):
-    """{deploy_s, ready_s, bench_s, stop_s, tool_s, wall_s} of one layout (FORMULAS["timing"]).
+    """{deploy_s, ready_s, bench_s, warmup_s, stop_s, tool_s, wall_s} of one layout (FORMULAS["timing"]).
     marks = {"start", "ready", "end"} in epoch seconds (ready may be missing: the layout never reached
     the gate); health = sglang_health's facts; levels = the measured levels; stop_s = the engine's stop;
     gate_waited_s = the seconds until the gate's failure verdict when the engine did not become ready."""
@@ -61,19 +63,27 @@ def layout_timing(marks, health=None, levels=None, stop_s=None, gate_waited_s=No
         except (TypeError, ValueError):
             return None
 
+    def seconds(d, key):
+        return (num(d.get(key)) or 0.0) if isinstance(d, dict) else 0.0
+
     start, ready, end = (num((marks or {}).get(k)) for k in ("start", "ready", "end"))
     ready_s = num((health or {}).get("ready_after_s"))
     if ready_s is None:
         ready_s = num(gate_waited_s) or 0.0
-    bench_s = sum(num(lv.get("duration_s")) or 0.0 for lv in (levels or []) if isinstance(lv, dict))
+    levels = [lv for lv in (levels or []) if isinstance(lv, dict)]
+    # a level measured again after a stall (bench.measure_level) keeps its first measurement under stall.first
+    firsts = [(lv.get("stall") or {}).get("first") for lv in levels]
+    bench_s = sum(seconds(lv, "duration_s") for lv in levels) + sum(seconds(f, "duration_s") for f in firsts)
+    warmup_s = sum(seconds(lv.get("warmup"), "seconds") for lv in levels)
     stop_s = num(stop_s) or 0.0
     wall_s = end - start if start is not None and end is not None else None
     return {
         "deploy_s": round(ready - start, 3) if start is not None and ready is not None else None,
         "ready_s": round(ready_s, 3),
         "bench_s": round(bench_s, 3),
+        "warmup_s": round(warmup_s, 3),
         "stop_s": round(stop_s, 3),
-        "tool_s": round(wall_s - ready_s - bench_s - stop_s, 3) if wall_s is not None else None,
+        "tool_s": round(wall_s - ready_s - bench_s - warmup_s - stop_s, 3) if wall_s is not None else None,
         "wall_s": round(wall_s, 3) if wall_s is not None else None,
     }
 

@@ -1,9 +1,21 @@
 """Result records as the sweep stores them, for the report's tests: a measured concurrency level
-and a record written through the real results.build_record / results.write_record."""
+and a record written through the real results.build_record / results.write_record; the accounting
+every record's timing keeps."""
 
 from __future__ import annotations
 
+import pytest
 from sglang_layouts import bench, results
+
+TIMING_ENGINE_PARTS = ("ready_s", "bench_s", "warmup_s", "stop_s")
+
+
+def assert_timing_adds_up(t):
+    """A record's timing (results.FORMULAS["timing"]): every part of the engine's time >= 0, and tool_s
+    the wall time less those parts (to the records' rounding)."""
+    assert set(t) == {"deploy_s", "wall_s", "tool_s", *TIMING_ENGINE_PARTS}
+    assert all(t[k] >= 0 for k in TIMING_ENGINE_PARTS), t
+    assert t["tool_s"] == pytest.approx(t["wall_s"] - sum(t[k] for k in TIMING_ENGINE_PARTS), abs=0.003), t
 
 
 def level(c, tok, per_user, ttft):

@@ -654,3 +654,24 @@ def test_other_layouts_conflict_with_the_replicas_units(repo):
         "sglang-kimi-k2-6-tp4x2-router.service",
     ]
     assert e["tp4x2"]["conflicts"] == ["sglang-kimi-k2-6-ep8.service"]
+
+
+def test_a_plan_is_current_only_for_the_inputs_it_was_made_from(repo):
+    # the roles skip sglang_plan for a current plan: any changed input must make it stale
+    from sglang_layouts.plan_inputs import plan_current
+
+    model = {"name": "kimi-k2.6", "path": str(repo / "models" / "kimi-k2.6")}
+    inputs = {
+        "host": "h",
+        "model": model,
+        "layouts": [{"name": "tp8", "tp": 8}],
+        "hardware": SEED_BOX,
+        "serving": DEMO_SERVING,
+        "cluster": {"group": "sglang_hosts", "hosts": ["h"]},
+    }
+    made = planner.plan_host(inputs)
+    # the same inputs, as the fact cache returns them
+    assert plan_current(made, json.loads(json.dumps(inputs)))
+    assert not plan_current(made, {**inputs, "layouts": [{"name": "tp8", "tp": 8}, {"name": "pp8", "pp": 8}]})
+    assert not plan_current(made, {**inputs, "hardware": {**SEED_BOX, "gpu_memory_gib": 80}})
+    assert not plan_current({}, inputs) and not plan_current(None, inputs) and not plan_current(made, None)

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from sglang_layouts import results
 
+from tests.helpers.records import assert_timing_adds_up
+
 
 def _bench(tok=100.0):
     return {
@@ -146,11 +148,33 @@ def test_layout_timing_is_the_wall_time_less_the_engines_start_levels_and_stop()
         "deploy_s": 103.0,
         "ready_s": 99.9,
         "bench_s": 22.9,
+        "warmup_s": 0.0,
         "stop_s": 1.2,
         "tool_s": 22.0,
         "wall_s": 146.0,
     }
-    assert "tool_s = wall_s - ready_s - bench_s - stop_s" in results.FORMULAS["timing"]
+    assert_timing_adds_up(t)
+    assert "tool_s = wall_s - ready_s - bench_s - warmup_s - stop_s" in results.FORMULAS["timing"]
+
+
+def test_layout_timing_keeps_the_warm_ups_and_a_stalled_first_measurement_apart_from_the_tool():
+    # the levels' warm-ups are the engine's work (warmup_s); a level measured again after a stall
+    # counts both of its measurements in bench_s (bench.measure_level keeps the first under stall.first)
+    levels = [
+        {"duration_s": 10.0, "warmup": {"seconds": 0.5}},
+        {
+            "duration_s": 4.0,
+            "warmup": {"seconds": 1.5},
+            "stall": {"detected": True, "first": {"duration_s": 9.0, "warmup": {"seconds": 1.5}}},
+        },
+        {"duration_s": 2.0, "warmup": None, "stall": {"detected": False}},
+    ]
+    t = results.layout_timing(
+        {"start": 0.0, "ready": 12.0, "end": 60.0}, {"ready_after_s": 11.0}, levels, 3.0
+    )
+    assert (t["bench_s"], t["warmup_s"], t["stop_s"], t["wall_s"]) == (25.0, 2.0, 3.0, 60.0)
+    assert t["tool_s"] == 19.0
+    assert_timing_adds_up(t)
 
 
 def test_layout_timing_of_a_start_that_failed_counts_the_gates_wait():
@@ -161,10 +185,12 @@ def test_layout_timing_of_a_start_that_failed_counts_the_gates_wait():
         "deploy_s": 40.0,
         "ready_s": 38.8,
         "bench_s": 0.0,
+        "warmup_s": 0.0,
         "stop_s": 0.0,
         "tool_s": 8.7,
         "wall_s": 47.5,
     }
+    assert_timing_adds_up(t)
     # no marks: nothing is made up
     t = results.layout_timing({}, {}, [], None)
     assert t["tool_s"] is None and t["wall_s"] is None and t["deploy_s"] is None
