@@ -189,8 +189,46 @@ def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hard
         "dp": par["dp"],
         "dp_attention": par["dp_attention"],
         # DeepSeek/Kimi's biased sigmoid top-k: with dummy weights the bias alone picks the experts
-        "router_correction_bias": str(spec.config.get("topk_method") or "") == "noaux_tc",
+        "router_correction_bias": str(spec.config.get("topk_method") or "") == "noaux_tc"
+        or spec.arch.correction_bias == "always",
+        # which layers read which KV (speed.py): full layers every token, sliding ones a window,
+        # linear ones a fixed state per request
+        "kv_layers": _kv_layers(spec, par),
+        "unchecked": _unchecked(spec),
     }
+
+
+def _kv_layers(spec: ModelSpec, par: dict) -> dict | None:
+    if spec.kv_pool == "hybrid_swa":
+        return {
+            "total": spec.num_layers,
+            "full": spec.num_layers - len(spec.swa_layers),
+            "swa": len(spec.swa_layers),
+            "window": spec.window,
+        }
+    if spec.kv_pool == "linear":
+        attention = len(spec.attention_layers())
+        linear = spec.num_layers - attention
+        return {
+            "total": spec.num_layers,
+            "full": attention,
+            "swa": 0,
+            "window": None,
+            "state_bytes_per_request": linear_state_bytes_per_request(spec.config, par["attn_tp"], linear),
+        }
+    return None
+
+
+def _unchecked(spec: ModelSpec) -> str | None:
+    """What no H200 record has pinned for this model (speed.py adds it to the plan's assumptions)."""
+    why = []
+    if not spec.arch.moe_kernel_checked:
+        why.append(f"{spec.architecture}'s kernels (no speed record of this architecture yet)")
+    if spec.quant.method in ("mxfp4", "nvfp4", "awq", "gptq", "fp8_tensor", "fp8_channel"):
+        why.append(f"the {spec.quant.method} kernel path (efficiency priors of bf16 / fp8 block)")
+    if spec.kv_pool in ("hybrid_swa", "linear"):
+        why.append(f"{spec.kv_pool} attention reads (modelled as bytes, kernel not measured)")
+    return "; ".join(why) or None
 
 
 def _attn_flop_dim(spec: ModelSpec) -> int:
@@ -234,13 +272,15 @@ def kv_pool(spec: ModelSpec, par: dict, kv_bytes: int, layers: tuple[int, int], 
                 f"hold swa_full_tokens_ratio {SWA_FULL_TOKENS_RATIO} x as many"
             ),
         )
-        return {**pool, "tokens": tokens, "bytes_per_token": int(round(cell))}
+        return {**pool, "tokens": tokens, "bytes_per_token": round(cell)}
     attention = [i for i in spec.attention_layers() if first <= i <= last]
     per_token = per_layer * len(attention)
     if spec.kv_pool == "linear":
         linear = (last - first + 1) - len(attention)
         per_req = linear_state_bytes_per_request(spec.config, par["attn_tp"], linear)
-        slots = int(budget * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO) // per_req) if per_req else 0
+        slots = (
+            int(budget * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO) // per_req) if per_req else 0
+        )
         budget -= slots * per_req
         pool.update(
             state_slots=slots,

@@ -122,7 +122,17 @@ class Linear:
 #   nvfp4        modelopt_quant.py NVFP4: 0.5 B + one fp8 scale per 16 inputs + fp32 global scales
 #   awq          awq/: 4-bit, qweight int32, fp16 scales and packed zeros per group of inputs
 #   gptq         gptq/: 4-bit, qweight int32, fp16 scales, packed zeros per group, int32 g_idx per input
-QUANT_METHODS = ("none", "fp8_block", "fp8_tensor", "fp8_channel", "int4_group", "mxfp4", "nvfp4", "awq", "gptq")
+QUANT_METHODS = (
+    "none",
+    "fp8_block",
+    "fp8_tensor",
+    "fp8_channel",
+    "int4_group",
+    "mxfp4",
+    "nvfp4",
+    "awq",
+    "gptq",
+)
 SUPPORTED_QUANTIZATION = (
     "none/bf16/fp16; fp8 (with or without weight_block_size); compressed-tensors float8 "
     "(tensor, channel or block strategy) and pack-quantized int4 with group scales; modelopt FP8 and "
@@ -242,7 +252,9 @@ class ModelSpec:
         if not self.is_moe or self.n_experts <= 0 or rule == "none":
             return False
         if rule == "first_k_dense":
-            return layer >= int(c.get("first_k_dense_replace", 0)) and (layer % int(c.get("moe_layer_freq", 1)) == 0)
+            return layer >= int(c.get("first_k_dense_replace", 0)) and (
+                layer % int(c.get("moe_layer_freq", 1)) == 0
+            )
         if rule == "sparse_step":
             if layer in (c.get("mlp_only_layers") or []):
                 return False
@@ -375,7 +387,9 @@ def _quantization(qc: dict | None, torch_dtype: str) -> Quantization:
         if algo == "FP8":
             return Quantization("fp8_tensor", 8, None, None, ignore, param_bytes, "modelopt FP8")
         if algo == "NVFP4":
-            group = _int(qc.get("group_size") or (qc.get("quantization") or {}).get("group_size") or 16, "group_size")
+            group = _int(
+                qc.get("group_size") or (qc.get("quantization") or {}).get("group_size") or 16, "group_size"
+            )
             return Quantization("nvfp4", 4, None, group, ignore, param_bytes, "modelopt NVFP4")
         raise PlanError(
             f"modelopt quant_algo {algo or None!r} is not supported yet (supported: FP8, NVFP4). "
@@ -408,7 +422,9 @@ def _compressed_tensors(qc: dict, param_bytes: int) -> Quantization:
     if fmt == "pack-quantized" and w.get("type") == "int" and bits == 4:
         if w.get("strategy") != "group" or not w.get("group_size"):
             raise PlanError("compressed-tensors int4 needs strategy 'group' with a group_size")
-        return Quantization("int4_group", 4, None, int(w["group_size"]), ignore, param_bytes, "compressed-tensors")
+        return Quantization(
+            "int4_group", 4, None, int(w["group_size"]), ignore, param_bytes, "compressed-tensors"
+        )
     if w.get("type") == "float" and bits == 8:
         strategy = w.get("strategy")
         where = f"compressed-tensors float8 {strategy}"
@@ -420,7 +436,9 @@ def _compressed_tensors(qc: dict, param_bytes: int) -> Quantization:
             n, k = (int(x) for x in w["block_structure"])
             return Quantization("fp8_block", 8, (n, k), None, ignore, param_bytes, where)
     if fmt == "nvfp4-pack-quantized" or (w.get("type") == "float" and bits == 4):
-        return Quantization("nvfp4", 4, None, int(w.get("group_size") or 16), ignore, param_bytes, "compressed-tensors nvfp4")
+        return Quantization(
+            "nvfp4", 4, None, int(w.get("group_size") or 16), ignore, param_bytes, "compressed-tensors nvfp4"
+        )
     raise PlanError(
         f"compressed-tensors format {fmt!r} with {w.get('num_bits')}-bit {w.get('type')} weights "
         f"({w.get('strategy')}) is not supported yet. Supported quantization: {SUPPORTED_QUANTIZATION}."
@@ -604,7 +622,9 @@ def _linears(spec: ModelSpec) -> list[Linear]:
         g = "model.layers.L.linear_attn."
         out += [
             Linear(g + "in_proj_qkvz", h, 2 * key_dim + 2 * value_dim, "column", "attn_tp", "linear_attn"),
-            Linear(g + "in_proj_ba", h, 2 * int(c["linear_num_value_heads"]), "column", "attn_tp", "linear_attn"),
+            Linear(
+                g + "in_proj_ba", h, 2 * int(c["linear_num_value_heads"]), "column", "attn_tp", "linear_attn"
+            ),
             Linear(g + "out_proj", value_dim, h, "row", "attn_tp", "linear_attn"),
         ]
     inter = int(c.get(arch.dense_inter_key) or 0)
@@ -655,7 +675,10 @@ def linear_bytes(quant: Quantization, lin: Linear, layer: int | str = 0) -> int:
     groups = -(-lin.in_features // quant.group_size) * lin.out_features * lin.experts
     if m == "int4_group":
         # 8 values per int32, one scale (model dtype) per group of inputs
-        return params // 2 + (lin.in_features // quant.group_size) * lin.out_features * lin.experts * quant.param_bytes
+        return (
+            params // 2
+            + (lin.in_features // quant.group_size) * lin.out_features * lin.experts * quant.param_bytes
+        )
     if m == "mxfp4":
         return params // 2 + groups  # one uint8 (e8m0) scale per 32
     if m == "nvfp4":
@@ -714,7 +737,13 @@ def _tensors_from_config(spec: ModelSpec) -> list[Tensor]:
             if arch.expert_bias:
                 mi = int(c[arch.expert_inter_key])
                 tensors.append(
-                    Tensor(f"model.layers.{layer}.mlp.experts.bias", e * (2 * mi + h) * pb, "experts", layer, "routed_experts")
+                    Tensor(
+                        f"model.layers.{layer}.mlp.experts.bias",
+                        e * (2 * mi + h) * pb,
+                        "experts",
+                        layer,
+                        "routed_experts",
+                    )
                 )
     tensors.append(Tensor("model.norm.weight", h * pb, "replicated", STAGE_LAST, "norms"))
     tie = c.get("tie_word_embeddings", spec.architecture == "Gemma3ForCausalLM")
@@ -723,7 +752,9 @@ def _tensors_from_config(spec: ModelSpec) -> list[Tensor]:
     return tensors
 
 
-def _attention_extras(spec: ModelSpec, layer: int, softmax: bool, heads: int, kv: int, hd: int) -> list[Tensor]:
+def _attention_extras(
+    spec: ModelSpec, layer: int, softmax: bool, heads: int, kv: int, hd: int
+) -> list[Tensor]:
     """Biases, sinks, per-layer q/k norms and a linear-attention layer's small tensors."""
     c, arch, pb = spec.config, spec.arch, spec.quant.param_bytes
     out: list[Tensor] = []
@@ -733,7 +764,9 @@ def _attention_extras(spec: ModelSpec, layer: int, softmax: bool, heads: int, kv
             out.append(Tensor(name + "q_proj.bias", heads * hd * pb, "attn_tp", layer, "attention"))
             out.append(Tensor(name + "kv_proj.bias", 2 * kv * hd * pb, "kv_heads", layer, "attention"))
         if arch.o_bias:
-            out.append(Tensor(name + "o_proj.bias", int(c["hidden_size"]) * pb, "replicated", layer, "attention"))
+            out.append(
+                Tensor(name + "o_proj.bias", int(c["hidden_size"]) * pb, "replicated", layer, "attention")
+            )
         if arch.sinks:
             out.append(Tensor(name + "sinks", heads * pb, "attn_tp", layer, "attention"))
         if arch.qk_norm == "all":

@@ -171,6 +171,15 @@ def _shape_problems(name: str, par: dict, spec: ModelSpec, eng: Engine = SGLANG)
             problems.append(
                 f"{name}: {kv} KV heads cannot be split or replicated over attention TP {attn_tp}."
             )
+    if spec.family == "linear_moe":
+        # Gated DeltaNet heads are split over attention TP (qwen3_next.py, configs/mamba_utils.py divide())
+        for key in ("linear_num_key_heads", "linear_num_value_heads"):
+            n = int(spec.config[key])
+            if n % attn_tp:
+                problems.append(
+                    f"{name}: {spec.architecture}: {n} linear-attention heads ({key}) do not split {attn_tp} ways "
+                    "(attention TP); SGLang's state pool divides them evenly."
+                )
     if spec.is_moe and par["moe_tp"] and spec.n_experts % par["ep"]:
         problems.append(f"{name}: {spec.n_experts} experts do not split into ep {par['ep']} equal groups.")
     q = spec.quant
@@ -187,7 +196,7 @@ def _shape_problems(name: str, par: dict, spec: ModelSpec, eng: Engine = SGLANG)
             continue
         local = dim // ways
         module = lin.name.replace(".L.", ".1.").replace(".E.", ".0.")
-        if not q.is_quantized(module):
+        if not q.is_quantized(module, lin.component):
             continue
         if q.method == "fp8_block":
             block = q.block[0] if lin.split == "column" else q.block[1]
@@ -197,9 +206,10 @@ def _shape_problems(name: str, par: dict, spec: ModelSpec, eng: Engine = SGLANG)
                     f"({dim} / {ways}); {eng.label} refuses such quantized shards. Use fewer "
                     + ("moe_tp ways (raise ep)." if lin.shard == "experts" else "TP ranks.")
                 )
-        elif q.method == "int4_group" and lin.split == "row" and local % q.group_size:
+        elif q.group_size and lin.split == "row" and local % q.group_size:
+            # group-scaled formats (int4, awq, gptq, mxfp4, nvfp4): a rank's input slice holds whole groups
             problems.append(
-                f"{name}: {what} splits its {dim} inputs into {local}-wide slices, not whole int4 groups of "
+                f"{name}: {what} splits its {dim} inputs into {local}-wide slices, not whole {q.method} groups of "
                 f"{q.group_size}; use fewer "
                 + ("moe_tp ways (raise ep)." if lin.shard == "experts" else "TP ranks.")
             )
