@@ -206,7 +206,8 @@ def _shape_problems(name: str, par: dict, spec: ModelSpec, eng: Engine = SGLANG)
                     f"({dim} / {ways}); {eng.label} refuses such quantized shards. Use fewer "
                     + ("moe_tp ways (raise ep)." if lin.shard == "experts" else "TP ranks.")
                 )
-        elif q.group_size and lin.split == "row" and local % q.group_size:
+        elif q.group_size and q.method != "mxfp4" and lin.split == "row" and local % q.group_size:
+            # (mxfp4 pads each rank's expert slice to whole blocks itself: mxfp4.py create_weights)
             # group-scaled formats (int4, awq, gptq, mxfp4, nvfp4): a rank's input slice holds whole groups
             problems.append(
                 f"{name}: {what} splits its {dim} inputs into {local}-wide slices, not whole {q.method} groups of "
