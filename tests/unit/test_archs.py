@@ -8,9 +8,9 @@ import json
 
 import pytest
 from sglang_layouts import planner
+from sglang_layouts.gpu_specs import gpu_spec
 from sglang_layouts.model import GIB, PlanError, load_model
 from sglang_layouts.speed import SpeedModel
-from sglang_layouts.gpu_specs import gpu_spec
 
 H200_1 = {"gpu_count": 1, "gpu_memory_gib": 139.80, "gpu_interconnect": "nvlink", "gpu_name": "NVIDIA H200"}
 SERVING = {"mem_fraction_static": 0.88, "context_length": 8192}
@@ -152,7 +152,7 @@ def test_compressed_tensors_fp8_channel_adds_one_scale_per_output(repo):
 def test_unknown_quantization_names_what_is_supported(repo):
     raw = config(repo, "mixtral-8x7b", quantization_config={"quant_method": "hqq"})
     with pytest.raises(
-        PlanError, match="'hqq' is not supported yet. Supported quantization: .*NVFP4.*mxfp4.*awq"
+        PlanError, match=r"'hqq' is not supported yet\. Supported quantization: .*NVFP4.*mxfp4.*awq"
     ):
         load_model({"name": "m", "hf_config": raw})
 
