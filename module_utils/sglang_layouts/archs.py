@@ -48,6 +48,9 @@ class Arch:
     sinks: bool = False  # gpt-oss: one learned sink logit per head
     kv_pool: str = "full"
     moe_kernel_checked: bool = True  # speed model: an H200 record pins this path
+    # --moe-dense-tp-size 1 replicates the dense (first_k_dense) MLP layers on every rank
+    # (deepseek_v2.py / glm4_moe.py: enable_moe_dense_fully_dp() -> tp_size=1)
+    dense_fully_dp: bool = False
     note: str = ""
 
 
@@ -61,6 +64,7 @@ ARCHS: dict[str, Arch] = {
             "models/deepseek_v2.py",
             experts_key="n_routed_experts",
             moe_layers="first_k_dense",
+            dense_fully_dp=True,
             shared="n_shared",
             correction_bias="noaux_tc",
         ),
@@ -70,6 +74,7 @@ ARCHS: dict[str, Arch] = {
             "models/deepseek_v2.py",
             experts_key="n_routed_experts",
             moe_layers="first_k_dense",
+            dense_fully_dp=True,
             shared="n_shared",
             correction_bias="noaux_tc",
         ),
@@ -102,6 +107,7 @@ ARCHS: dict[str, Arch] = {
             "models/glm4_moe.py",
             experts_key="n_routed_experts",
             moe_layers="first_k_dense",
+            dense_fully_dp=True,
             shared="n_shared",
             correction_bias="always",
             qkv_bias="attention_bias",

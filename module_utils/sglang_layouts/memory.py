@@ -32,6 +32,8 @@ def shard_factor(kind: str, par: dict, spec: ModelSpec) -> float:
         return max(1, kv // par["attn_tp"]) / kv
     if kind == "tp":
         return 1.0 / par["tp"]
+    if kind == "dense_tp":
+        return 1.0 if par.get("moe_dense_tp") == 1 else 1.0 / par["tp"]
     if kind == "vocab":
         return 1.0 if par["dp_attention"] else 1.0 / par["tp"]
     if kind == "experts":

@@ -51,6 +51,7 @@ SHARD_KINDS = (
     "attn_tp",  # split over the attention-TP group (tp / dp under dp-attention)
     "kv_heads",  # GQA k/v projections: split over attn_tp, but never below one head
     "tp",  # split over the whole TP group (dense MLP, shared experts, lm_head)
+    "dense_tp",  # a MoE model's dense MLP layers: over TP, replicated with --moe-dense-tp-size 1
     "vocab",  # vocab-parallel embedding: over TP, replicated under dp-attention
     "experts",  # routed experts: E/ep experts per rank, each sliced tp/ep ways => 1/tp
 )
@@ -630,10 +631,11 @@ def _linears(spec: ModelSpec) -> list[Linear]:
     inter = int(c.get(arch.dense_inter_key) or 0)
     m = "model.layers.L.mlp."
     if inter and not all(spec.is_moe_layer(i) for i in range(spec.num_layers)):
+        dense = "dense_tp" if arch.dense_fully_dp else "tp"
         out += [
-            Linear(m + "gate_proj", h, inter, "column", "tp", "dense_mlp"),
-            Linear(m + "up_proj", h, inter, "column", "tp", "dense_mlp"),
-            Linear(m + "down_proj", inter, h, "row", "tp", "dense_mlp"),
+            Linear(m + "gate_proj", h, inter, "column", dense, "dense_mlp"),
+            Linear(m + "up_proj", h, inter, "column", dense, "dense_mlp"),
+            Linear(m + "down_proj", inter, h, "row", dense, "dense_mlp"),
         ]
     if spec.is_moe:
         mi = int(c[arch.expert_inter_key])
@@ -844,7 +846,7 @@ def classify_tensor(spec: ModelSpec, name: str) -> tuple[str, str, int]:
     if ".feed_forward." in name:
         return "dense_mlp", "tp", layer
     if ".mlp." in name:
-        return "dense_mlp", "tp", layer
+        return "dense_mlp", "dense_tp" if spec.arch.dense_fully_dp else "tp", layer
     if ".self_attn." in name:
         leaf = name.split(".self_attn.")[1]
         if leaf.startswith(("q_a_proj", "kv_a_proj_with_mqa")) or "layernorm" in leaf or "norm" in leaf:

@@ -186,7 +186,13 @@ def _shape_problems(name: str, par: dict, spec: ModelSpec, eng: Engine = SGLANG)
     for lin in spec.linears:
         if lin.split == "none":
             continue
-        ways = {"attn_tp": attn_tp, "kv_heads": attn_tp, "tp": tp, "experts": par["moe_tp"] or 1}[lin.shard]
+        ways = {
+            "attn_tp": attn_tp,
+            "kv_heads": attn_tp,
+            "tp": tp,
+            "dense_tp": 1 if par.get("moe_dense_tp") == 1 else tp,
+            "experts": par["moe_tp"] or 1,
+        }[lin.shard]
         if lin.shard == "kv_heads" and spec.num_kv_heads < attn_tp:
             continue  # replicated heads
         dim = lin.out_features if lin.split == "column" else lin.in_features
@@ -215,3 +221,21 @@ def _shape_problems(name: str, par: dict, spec: ModelSpec, eng: Engine = SGLANG)
                 + ("moe_tp ways (raise ep)." if lin.shard == "experts" else "TP ranks.")
             )
     return problems
+
+
+def moe_dense_tp_rule(name: str, args: dict, par: dict, spec: ModelSpec, notes: list[str]) -> None:
+    """--moe-dense-tp-size 1: the dense MLP layers of DeepSeek-V2/V3 and GLM-4.5 run unsplit on every
+    rank (their model files: enable_moe_dense_fully_dp() -> tp_size=1); other architectures ignore it."""
+    value = args.get("--moe-dense-tp-size")
+    par["moe_dense_tp"] = int(value) if value not in (None, "") else None
+    if par["moe_dense_tp"] == 1:
+        if spec.arch.dense_fully_dp:
+            notes.append(
+                f"{name}: moe_dense_tp_size 1: {spec.architecture}'s dense MLP layers are replicated on every rank "
+                "(the rule of its SGLang model file), not split over TP."
+            )
+        else:
+            notes.append(
+                f"{name}: moe_dense_tp_size 1 changes no weights of {spec.architecture} "
+                "(only DeepSeek-V2/V3 and GLM-4.5 models replicate their dense layers with it)."
+            )

@@ -48,7 +48,7 @@ from .plan_inputs import (
     normalize_layout,
     normalize_serving,
 )
-from .plan_rules import layout_problems, parallel_shape
+from .plan_rules import layout_problems, moe_dense_tp_rule, parallel_shape
 from .render import render_argv, render_env, slug, unit_name
 from .secrets import MASK, is_secret, mask_env
 from .secrets import patterns as secret_patterns
@@ -177,7 +177,10 @@ def plan_layout(
     par["pp_layer_partition"] = plan_validate.pp_partition(
         lay["env"], lay["name"], par["pp"], spec.num_layers
     )
+    dense_notes: list[str] = []
+    moe_dense_tp_rule(lay["name"], args, par, spec, dense_notes)
     reasons, notes = layout_problems(lay, par, spec, hardware, eng)
+    notes += dense_notes
     if par["nnodes"] > 1 and not reasons:
         _place_nodes(lay["name"], par, cluster, reasons, notes)
     if not 0 < mfs < 1:

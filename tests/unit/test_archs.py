@@ -185,3 +185,18 @@ def test_speed_reads_a_window_on_sliding_layers_and_says_unchecked(repo):
     full_read = model.kv_bytes * 36 * 8 * 4096
     assert swa_read == pytest.approx(model.kv_bytes * (18 * 8 * 4096 + 18 * 8 * 128))
     assert swa_read < full_read
+
+
+def test_moe_dense_tp_size_1_replicates_glm_dense_layers_only(repo):
+    hw8 = {**H200_1, "gpu_count": 8}
+    glm = config(repo, "glm-4.6")
+    base = plan_one(glm, {"name": "tp8", "tp": 8}, hw8)
+    rep = plan_one(glm, {"name": "tp8", "tp": 8, "args": {"moe_dense_tp_size": 1}}, hw8)
+    dense = 3 * 3 * 5120 * 12288 * 2 / GIB  # first_k_dense_replace 3 layers of gate, up, down in bf16
+    assert rep["ranks"][0]["components"]["dense_mlp"] == pytest.approx(dense, abs=1e-3)
+    assert base["ranks"][0]["components"]["dense_mlp"] == pytest.approx(dense / 8, abs=1e-3)
+    assert any("replicated on every rank" in n for n in rep["notes"])
+    mixtral = plan_one(
+        config(repo, "mixtral-8x7b"), {"name": "tp8", "tp": 8, "args": {"moe_dense_tp_size": 1}}, hw8
+    )
+    assert any("changes no weights of MixtralForCausalLM" in n for n in mixtral["notes"])
