@@ -65,6 +65,10 @@ ARCH_FAMILIES = {name: arch.family for name, arch in ARCHS.items()}
 # Multimodal wrappers whose text model is one of the above (config under text_config).
 WRAPPER_ARCHITECTURES = {name: text for name, (text, _pool) in WRAPPERS.items()}
 SUPPORTED_ARCHITECTURES = tuple(ARCH_FAMILIES) + tuple(WRAPPER_ARCHITECTURES)
+SUPPORTED_SUMMARY = (
+    "DeepSeek-V2/V3 and Kimi K2.x, Llama, Mistral, Qwen2/Qwen3, Qwen3-MoE, Mixtral, Qwen2-MoE, "
+    "GLM-4.5/4.6, gpt-oss, Llama 4, Gemma 3, Qwen3-Next, MiniMax-M2"
+)
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8_e4m3": 1, "fp8_e5m2": 1, "auto": None}
 SAFETENSORS_DTYPE_BYTES = {
@@ -472,8 +476,8 @@ def load_model(model: dict) -> ModelSpec:
         arch = text_arch
     if arch not in ARCH_FAMILIES:
         raise PlanError(
-            f"architecture {archs[0] if archs else None!r} is not supported; supported: "
-            + ", ".join(SUPPORTED_ARCHITECTURES)
+            f"architecture {archs[0] if archs else None!r} is not supported; supported: {SUPPORTED_SUMMARY} "
+            "(docs/planner.md, Architectures, lists the class names)"
         )
     _check_config(config, source, ARCHS[arch])
     qc = config.get("quantization_config")
