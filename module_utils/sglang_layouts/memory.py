@@ -201,6 +201,18 @@ def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hard
 
 
 def _kv_layers(spec: ModelSpec, par: dict) -> dict | None:
+    c = spec.config
+    n = spec.num_layers
+    # a full pool whose kernels still read only a window on some layers: Gemma 3's sliding layers
+    # (every sliding_window_pattern-th layer is global), text-only Llama 4's chunked layers (3 of 4)
+    if spec.kv_pool == "full" and spec.architecture == "Gemma3ForCausalLM" and c.get("sliding_window"):
+        types = c.get("layer_types") or []
+        pattern = int(c.get("sliding_window_pattern") or 6)
+        swa = sum(1 for t in types[:n] if t == "sliding_attention") if types else n - n // pattern
+        return {"total": n, "full": n - swa, "swa": swa, "window": int(c["sliding_window"])}
+    if spec.kv_pool == "full" and spec.architecture == "Llama4ForCausalLM" and c.get("attention_chunk_size"):
+        swa = sum(1 for i in range(n) if (i + 1) % 4)
+        return {"total": n, "full": n - swa, "swa": swa, "window": int(c["attention_chunk_size"])}
     if spec.kv_pool == "hybrid_swa":
         return {
             "total": spec.num_layers,

@@ -200,3 +200,12 @@ def test_moe_dense_tp_size_1_replicates_glm_dense_layers_only(repo):
         config(repo, "mixtral-8x7b"), {"name": "tp8", "tp": 8, "args": {"moe_dense_tp_size": 1}}, hw8
     )
     assert any("changes no weights of MixtralForCausalLM" in n for n in mixtral["notes"])
+
+
+def test_gemma3_decode_reads_a_window_on_its_sliding_layers(repo):
+    lay = plan_one(config(repo, "gemma-3-27b-text"))
+    model = SpeedModel(lay, H200_1, gpu_spec("NVIDIA H200"))
+    # 62 layers, every 6th global: 10 full, 52 sliding with a 1024-token window
+    assert model._kv_read_bytes(62, 4, 4 * 8192) == pytest.approx(
+        model.kv_bytes * (10 * 4 * 8192 + 52 * 4 * 1024)
+    )
