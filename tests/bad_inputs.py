@@ -1225,14 +1225,33 @@ SECOND_ROUND = [
         },
     ),
     Case(
-        "config-fp8-without-blocks",
-        "fp8 quantization without weight_block_size",
+        "config-unknown-quantization",
+        "a quantization the planner does not know (bitsandbytes)",
         {"sglang_model": {"name": "m", "path": "/models/m", "hf_config_file": "{tmp}/c.json"}},
         "error",
-        ["fp8 quantization without weight_block_size"],
+        [
+            "quantization 'bitsandbytes' is not supported yet",
+            "Supported quantization:",
+            "mxfp4",
+            "awq and gptq",
+        ],
         files={
             "c.json": LLAMA_CONFIG.replace(
-                '"vocab_size": 128256', '"vocab_size": 128256, "quantization_config": {"quant_method": "fp8"}'
+                '"vocab_size": 128256',
+                '"vocab_size": 128256, "quantization_config": {"quant_method": "bitsandbytes"}',
+            )
+        },
+    ),
+    Case(
+        "config-unknown-modelopt-algo",
+        "modelopt quantization with an algorithm the planner does not know (W4A8_AWQ)",
+        {"sglang_model": {"name": "m", "path": "/models/m", "hf_config_file": "{tmp}/c.json"}},
+        "error",
+        ["modelopt quant_algo 'W4A8_AWQ'", "supported: FP8, NVFP4"],
+        files={
+            "c.json": LLAMA_CONFIG.replace(
+                '"vocab_size": 128256',
+                '"vocab_size": 128256, "quantization_config": {"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}',
             )
         },
     ),

@@ -6,7 +6,8 @@ pool; whatever the weights leave is the pool (docs/kimi-k2-memory.md 5, 6).
 
 from __future__ import annotations
 
-from .model import STAGE_FIRST, STAGE_LAST, ModelSpec, PlanError, linear_bytes
+from .archs import MAMBA_FULL_MEMORY_RATIO, SWA_FULL_TOKENS_RATIO, linear_state_bytes_per_request
+from .model import GIB, STAGE_FIRST, STAGE_LAST, ModelSpec, PlanError, linear_bytes
 
 # CUDA context, NCCL and cuBLAS workspaces: memory PyTorch cannot use. 1 GiB reproduces the seed's OOM
 # ("Tried to allocate 672.00 MiB" with 93.62 GiB allocated on a 94.97 GiB card needs 0.69-1.35 GiB).
@@ -31,6 +32,8 @@ def shard_factor(kind: str, par: dict, spec: ModelSpec) -> float:
         return max(1, kv // par["attn_tp"]) / kv
     if kind == "tp":
         return 1.0 / par["tp"]
+    if kind == "dense_tp":
+        return 1.0 if par.get("moe_dense_tp") == 1 else 1.0 / par["tp"]
     if kind == "vocab":
         return 1.0 if par["dp_attention"] else 1.0 / par["tp"]
     if kind == "experts":
@@ -188,8 +191,58 @@ def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hard
         "dp": par["dp"],
         "dp_attention": par["dp_attention"],
         # DeepSeek/Kimi's biased sigmoid top-k: with dummy weights the bias alone picks the experts
-        "router_correction_bias": str(spec.config.get("topk_method") or "") == "noaux_tc",
+        "router_correction_bias": str(spec.config.get("topk_method") or "") == "noaux_tc"
+        or spec.arch.correction_bias == "always",
+        # which layers read which KV (speed.py): full layers every token, sliding ones a window,
+        # linear ones a fixed state per request
+        "kv_layers": _kv_layers(spec, par),
+        "unchecked": _unchecked(spec),
     }
+
+
+def _kv_layers(spec: ModelSpec, par: dict) -> dict | None:
+    c = spec.config
+    n = spec.num_layers
+    # a full pool whose kernels still read only a window on some layers: Gemma 3's sliding layers
+    # (every sliding_window_pattern-th layer is global), text-only Llama 4's chunked layers (3 of 4)
+    if spec.kv_pool == "full" and spec.architecture == "Gemma3ForCausalLM" and c.get("sliding_window"):
+        types = c.get("layer_types") or []
+        pattern = int(c.get("sliding_window_pattern") or 6)
+        swa = sum(1 for t in types[:n] if t == "sliding_attention") if types else n - n // pattern
+        return {"total": n, "full": n - swa, "swa": swa, "window": int(c["sliding_window"])}
+    if spec.kv_pool == "full" and spec.architecture == "Llama4ForCausalLM" and c.get("attention_chunk_size"):
+        swa = sum(1 for i in range(n) if (i + 1) % 4)
+        return {"total": n, "full": n - swa, "swa": swa, "window": int(c["attention_chunk_size"])}
+    if spec.kv_pool == "hybrid_swa":
+        return {
+            "total": spec.num_layers,
+            "full": spec.num_layers - len(spec.swa_layers),
+            "swa": len(spec.swa_layers),
+            "window": spec.window,
+        }
+    if spec.kv_pool == "linear":
+        attention = len(spec.attention_layers())
+        linear = spec.num_layers - attention
+        return {
+            "total": spec.num_layers,
+            "full": attention,
+            "swa": 0,
+            "window": None,
+            "state_bytes_per_request": linear_state_bytes_per_request(spec.config, par["attn_tp"], linear),
+        }
+    return None
+
+
+def _unchecked(spec: ModelSpec) -> str | None:
+    """What no H200 record has pinned for this model (speed.py adds it to the plan's assumptions)."""
+    why = []
+    if not spec.arch.moe_kernel_checked:
+        why.append(f"{spec.architecture}'s kernels (no speed record of this architecture yet)")
+    if spec.quant.method in ("mxfp4", "nvfp4", "awq", "gptq", "fp8_tensor", "fp8_channel"):
+        why.append(f"the {spec.quant.method} kernel path (efficiency priors of bf16 / fp8 block)")
+    if spec.kv_pool in ("hybrid_swa", "linear"):
+        why.append(f"{spec.kv_pool} attention reads (modelled as bytes, kernel not measured)")
+    return "; ".join(why) or None
 
 
 def _attn_flop_dim(spec: ModelSpec) -> int:
@@ -199,3 +252,62 @@ def _attn_flop_dim(spec: ModelSpec) -> int:
         qk = int(c.get("qk_nope_head_dim", 128)) + int(c.get("qk_rope_head_dim", 64))
         return spec.num_heads * (qk + int(c.get("v_head_dim", 128))) // 2
     return spec.num_heads * int(c.get("head_dim") or int(c["hidden_size"]) // spec.num_heads)
+
+
+def kv_pool(spec: ModelSpec, par: dict, kv_bytes: int, layers: tuple[int, int], kv_gib: float) -> dict:
+    """What SGLang 0.5.16 builds from `kv_gib` of budget on one rank of the stage `layers`
+    (archs.KV_POOLS): max_total_num_tokens, the bytes one of them costs, and the pools beside it.
+
+    full:       tokens = budget / (per-layer bytes x attention layers of the stage)
+                (pool_configurator.DefaultPoolConfigurator)
+    hybrid_swa: cell = full bytes x full layers + ratio x swa bytes x swa layers, over the model's
+                layers (HybridSWAPoolConfigurator); sliding layers hold ratio x tokens
+    linear:     the state pool takes ratio / (1 + ratio) of the budget in whole requests first
+                (kv_cache_configurator._handle_max_mamba_cache); full-attention layers hold the rest
+    """
+    per_layer = spec.kv_bytes_per_token_per_layer(par["attn_tp"], kv_bytes)
+    first, last = layers
+    budget = max(kv_gib, 0.0) * GIB
+    pool = {"kind": spec.kv_pool, "swa_tokens": None, "state_slots": None, "state_gib": None}
+    if spec.kv_pool == "hybrid_swa":
+        swa = set(spec.swa_layers)
+        n_swa = len(swa)
+        n_full = spec.num_layers - n_swa
+        cell = per_layer * n_full + SWA_FULL_TOKENS_RATIO * per_layer * n_swa
+        tokens = int(budget // cell)
+        pool.update(
+            swa_tokens=int(tokens * SWA_FULL_TOKENS_RATIO),
+            full_layers=n_full,
+            swa_layers=n_swa,
+            window=spec.window,
+            note=(
+                f"KV pool: hybrid sliding-window as SGLang sizes it (pool_configurator.HybridSWAPoolConfigurator): "
+                f"{n_full} full layers hold every token, {n_swa} sliding layers (window {spec.window}) "
+                f"hold swa_full_tokens_ratio {SWA_FULL_TOKENS_RATIO} x as many"
+            ),
+        )
+        return {**pool, "tokens": tokens, "bytes_per_token": round(cell)}
+    attention = [i for i in spec.attention_layers() if first <= i <= last]
+    per_token = per_layer * len(attention)
+    if spec.kv_pool == "linear":
+        linear = (last - first + 1) - len(attention)
+        per_req = linear_state_bytes_per_request(spec.config, par["attn_tp"], linear)
+        slots = (
+            int(budget * MAMBA_FULL_MEMORY_RATIO / (1 + MAMBA_FULL_MEMORY_RATIO) // per_req) if per_req else 0
+        )
+        budget -= slots * per_req
+        pool.update(
+            state_slots=slots,
+            state_gib=round(slots * per_req / GIB, 3),
+            state_bytes_per_request=per_req,
+            note=(
+                f"KV pool: hybrid linear attention as SGLang sizes it (kv_cache_configurator._handle_max_mamba_cache): "
+                f"a state pool of {slots} requests x {per_req / 2**20:.1f} MiB ({linear} linear layers) takes "
+                f"mamba_full_memory_ratio {MAMBA_FULL_MEMORY_RATIO}/(1+{MAMBA_FULL_MEMORY_RATIO}) of the KV budget; "
+                f"the {len(attention)} full-attention layers hold the tokens"
+            ),
+        )
+    elif spec.architecture in ("Gemma3ForCausalLM", "Llama4ForCausalLM"):
+        pool["note"] = f"KV pool: every layer holds every token: {spec.arch.note}"
+    tokens = int(budget // per_token) if per_token and budget > 0 else 0
+    return {**pool, "tokens": tokens, "bytes_per_token": per_token}

@@ -171,13 +171,28 @@ def _shape_problems(name: str, par: dict, spec: ModelSpec, eng: Engine = SGLANG)
             problems.append(
                 f"{name}: {kv} KV heads cannot be split or replicated over attention TP {attn_tp}."
             )
+    if spec.family == "linear_moe":
+        # Gated DeltaNet heads are split over attention TP (qwen3_next.py, configs/mamba_utils.py divide())
+        for key in ("linear_num_key_heads", "linear_num_value_heads"):
+            n = int(spec.config[key])
+            if n % attn_tp:
+                problems.append(
+                    f"{name}: {spec.architecture}: {n} linear-attention heads ({key}) do not split {attn_tp} ways "
+                    "(attention TP); SGLang's state pool divides them evenly."
+                )
     if spec.is_moe and par["moe_tp"] and spec.n_experts % par["ep"]:
         problems.append(f"{name}: {spec.n_experts} experts do not split into ep {par['ep']} equal groups.")
     q = spec.quant
     for lin in spec.linears:
         if lin.split == "none":
             continue
-        ways = {"attn_tp": attn_tp, "kv_heads": attn_tp, "tp": tp, "experts": par["moe_tp"] or 1}[lin.shard]
+        ways = {
+            "attn_tp": attn_tp,
+            "kv_heads": attn_tp,
+            "tp": tp,
+            "dense_tp": 1 if par.get("moe_dense_tp") == 1 else tp,
+            "experts": par["moe_tp"] or 1,
+        }[lin.shard]
         if lin.shard == "kv_heads" and spec.num_kv_heads < attn_tp:
             continue  # replicated heads
         dim = lin.out_features if lin.split == "column" else lin.in_features
@@ -187,7 +202,7 @@ def _shape_problems(name: str, par: dict, spec: ModelSpec, eng: Engine = SGLANG)
             continue
         local = dim // ways
         module = lin.name.replace(".L.", ".1.").replace(".E.", ".0.")
-        if not q.is_quantized(module):
+        if not q.is_quantized(module, lin.component):
             continue
         if q.method == "fp8_block":
             block = q.block[0] if lin.split == "column" else q.block[1]
@@ -197,10 +212,30 @@ def _shape_problems(name: str, par: dict, spec: ModelSpec, eng: Engine = SGLANG)
                     f"({dim} / {ways}); {eng.label} refuses such quantized shards. Use fewer "
                     + ("moe_tp ways (raise ep)." if lin.shard == "experts" else "TP ranks.")
                 )
-        elif q.method == "int4_group" and lin.split == "row" and local % q.group_size:
+        elif q.group_size and q.method != "mxfp4" and lin.split == "row" and local % q.group_size:
+            # (mxfp4 pads each rank's expert slice to whole blocks itself: mxfp4.py create_weights)
+            # group-scaled formats (int4, awq, gptq, mxfp4, nvfp4): a rank's input slice holds whole groups
             problems.append(
-                f"{name}: {what} splits its {dim} inputs into {local}-wide slices, not whole int4 groups of "
+                f"{name}: {what} splits its {dim} inputs into {local}-wide slices, not whole {q.method} groups of "
                 f"{q.group_size}; use fewer "
                 + ("moe_tp ways (raise ep)." if lin.shard == "experts" else "TP ranks.")
             )
     return problems
+
+
+def moe_dense_tp_rule(name: str, args: dict, par: dict, spec: ModelSpec, notes: list[str]) -> None:
+    """--moe-dense-tp-size 1: the dense MLP layers of DeepSeek-V2/V3 and GLM-4.5 run unsplit on every
+    rank (their model files: enable_moe_dense_fully_dp() -> tp_size=1); other architectures ignore it."""
+    value = args.get("--moe-dense-tp-size")
+    par["moe_dense_tp"] = int(value) if value not in (None, "") else None
+    if par["moe_dense_tp"] == 1:
+        if spec.arch.dense_fully_dp:
+            notes.append(
+                f"{name}: moe_dense_tp_size 1: {spec.architecture}'s dense MLP layers are replicated on every rank "
+                "(the rule of its SGLang model file), not split over TP."
+            )
+        else:
+            notes.append(
+                f"{name}: moe_dense_tp_size 1 changes no weights of {spec.architecture} "
+                "(only DeepSeek-V2/V3 and GLM-4.5 models replicate their dense layers with it)."
+            )

@@ -24,6 +24,7 @@ from .memory import (
     allocation_sequence,
     decode_cost,
     kv_dtype_bytes,
+    kv_pool,
     largest_layer_bytes,
     pp_layer_ranges,
     stage_bytes,
@@ -47,7 +48,7 @@ from .plan_inputs import (
     normalize_layout,
     normalize_serving,
 )
-from .plan_rules import layout_problems, parallel_shape
+from .plan_rules import layout_problems, moe_dense_tp_rule, parallel_shape
 from .render import render_argv, render_env, slug, unit_name
 from .secrets import MASK, is_secret, mask_env
 from .secrets import patterns as secret_patterns
@@ -176,7 +177,10 @@ def plan_layout(
     par["pp_layer_partition"] = plan_validate.pp_partition(
         lay["env"], lay["name"], par["pp"], spec.num_layers
     )
+    dense_notes: list[str] = []
+    moe_dense_tp_rule(lay["name"], args, par, spec, dense_notes)
     reasons, notes = layout_problems(lay, par, spec, hardware, eng)
+    notes += dense_notes
     if par["nnodes"] > 1 and not reasons:
         _place_nodes(lay["name"], par, cluster, reasons, notes)
     if not 0 < mfs < 1:
@@ -212,6 +216,7 @@ def plan_layout(
         "budget_gib": _r(budget),
         "kv_tokens": None,
         "kv_tokens_total": None,
+        "kv_pool": None,
         "kv_bytes_per_token": None,
         "ranks": [],
         "cost": None,
@@ -252,6 +257,7 @@ def plan_layout(
     kvb = kv_dtype_bytes(spec, eff.get("kv_cache_dtype"))
     ranks = []
     stage_kv_tokens = []
+    pools: list[dict] = []
     kv_gib_min = math.inf
     # SGLang sizes its pool from the memory free before load (CUDA context gone);
     # vLLM's utilization covers the whole card and its profiled activation peak.
@@ -263,11 +269,14 @@ def plan_layout(
     for pp_rank, comps in enumerate(stages):
         w = sum(comps.values()) / GIB
         layers = ranges[pp_rank]
-        n_layers = layers[1] - layers[0] + 1
-        kv_per_token = spec.kv_bytes_per_token_per_layer(par["attn_tp"], kvb) * n_layers
         kv_gib = budget - w - reserve if kv_fixed_gib is None else kv_fixed_gib
         kv_gib_min = min(kv_gib_min, kv_gib)
-        stage_kv_tokens.append(int(kv_gib * GIB // kv_per_token) if kv_gib > 0 else 0)
+        # full, sliding-window or linear-state pools, as SGLang sizes them (memory.kv_pool)
+        pool = kv_pool(spec, par, kvb, layers, kv_gib)
+        kv_per_token = pool["bytes_per_token"]
+        stage_kv_tokens.append(pool["tokens"])
+        if not pools or pool["tokens"] < pools[0]["tokens"]:
+            pools[:] = [pool]
         for tp_rank in range(par["tp"]):
             rank = pp_rank * par["tp"] + tp_rank
             ranks.append(
@@ -319,6 +328,9 @@ def plan_layout(
             )
     tokens = min(stage_kv_tokens) if plan["verdict"] == "fits" else 0
     plan["kv_tokens"] = tokens
+    plan["kv_pool"] = {k: v for k, v in pools[0].items() if k != "note"} if pools else None
+    if pools and pools[0].get("note") and plan["verdict"] == "fits":
+        plan["notes"].append(f"{lay['name']}: {pools[0]['note']}.")
     groups = par["dp"] if par["dp"] > 1 else 1
     plan["kv_tokens_total"] = tokens * groups * par["replicas"]
     if plan["verdict"] == "fits" and ctx and tokens < int(ctx):

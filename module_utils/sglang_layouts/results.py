@@ -224,6 +224,7 @@ def build_record(
                 "budget_gib",
                 "kv_tokens",
                 "kv_tokens_total",
+                "kv_pool",
                 "notes",
                 "unit_name",
                 "port",

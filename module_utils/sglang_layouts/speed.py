@@ -217,17 +217,26 @@ class SpeedModel:
     def _eta_f(self, kind: str) -> tuple[float, float]:
         """(efficiency, peak FLOP/s) of the GEMMs of `kind`: dense or routed weights."""
         bf16 = float(self.gpu["bf16_tflops"]) * 1e12
-        if self.quant == "fp8_block" and self.gpu.get("fp8_tflops"):
+        if self.quant in ("fp8_block", "fp8_tensor", "fp8_channel") and self.gpu.get("fp8_tflops"):
             return c("eta_f_fp8"), float(self.gpu["fp8_tflops"]) * 1e12
-        if self.quant == "int4_group" and kind == "routed":
+        if self.quant in ("int4_group", "mxfp4", "nvfp4", "awq", "gptq") and kind == "routed":
+            # weight-only 4-bit paths on Hopper dequantize to bf16 tensor cores (Marlin / triton kernels)
             return c("eta_f_int4"), bf16
         return c("eta_f_bf16"), bf16
 
     def _param_bytes(self, kind: str) -> float:
-        if self.quant == "fp8_block":
+        """Stored bytes per weight (model.linear_bytes without the per-tensor scales)."""
+        group = float(self.cost.get("int4_group_size") or 32)
+        if self.quant in ("fp8_block", "fp8_tensor", "fp8_channel"):
             return 1.0
         if self.quant == "int4_group" and kind == "routed":
-            return 0.5 + 2.0 / float(self.cost.get("int4_group_size") or 32)
+            return 0.5 + 2.0 / group
+        if self.quant == "mxfp4" and kind == "routed":
+            return 0.5 + 1.0 / 32  # e8m0 scale per 32; the rest of the model stays bf16
+        if self.quant == "nvfp4":
+            return 0.5 + 1.0 / 16
+        if self.quant in ("awq", "gptq"):
+            return 0.5 + 2.5 / group
         return 2.0
 
     def stage_terms(self, st: dict, tokens: int, kv_tokens: float, prefill: bool = False) -> dict:
@@ -254,12 +263,26 @@ class SpeedModel:
             # causal: each token attends to half the chunk on average, plus the context before it
             attn_flops = 4 * tokens * (tokens / 2 + kv_tokens) * self.attn_dim / self.attn_tp * layers
         compute = dense_flops / (eta_d * f_d) + routed_flops / (eta_r * f_r) + attn_flops / (eta_d * f_d)
-        kv = 0.0 if prefill else self.kv_bytes * layers * kv_tokens / (c("eta_kv") * self.bw)
+        kv = 0.0 if prefill else self._kv_read_bytes(layers, tokens, kv_tokens) / (c("eta_kv") * self.bw)
         floors = layers * self.k_layer * c("tau_kernel_us") * 1e-6
         if self.quant == "fp8_block":
             floors += layers * c("q_extra_fp8_us") * 1e-6
         collective = int(st.get("collectives", 0)) * self.allreduce_s(tokens)
         return {"memory": memory + kv, "compute": compute, "kernel_latency": floors, "collective": collective}
+
+    def _kv_read_bytes(self, layers: int, requests: int, kv_tokens: float) -> float:
+        """KV bytes one decode step reads: full layers read every token in use, sliding-window layers at
+        most the window of each request, linear-attention layers their fixed state (decode_cost's kv_layers)."""
+        kvl = self.cost.get("kv_layers") or {}
+        if not kvl or not layers:
+            return self.kv_bytes * layers * kv_tokens
+        share = layers / max(1, int(kvl.get("total") or layers))  # this stage's part of the model
+        full = float(kvl.get("full", 0)) * share
+        swa = float(kvl.get("swa", 0)) * share
+        per_request = kv_tokens / max(1, requests)
+        window = float(kvl.get("window") or per_request)
+        state = float(kvl.get("state_bytes_per_request", 0)) * share * max(1, requests)
+        return self.kv_bytes * (full * kv_tokens + swa * max(1, requests) * min(window, per_request)) + state
 
     def _stage_time(self, terms: dict) -> float:
         return max(terms["memory"], terms["compute"]) + terms["kernel_latency"] + terms["collective"]
@@ -412,6 +435,9 @@ class SpeedModel:
                     else ""
                 )
             )
+        unchecked = self.cost.get("unchecked")
+        if unchecked:
+            out.append(f"prediction unchecked for this architecture: {unchecked}")
         out.append(
             "priors not yet pinned by a measurement: "
             + ", ".join(k for k, v in CONSTANTS.items() if v[1] == "OPEN")

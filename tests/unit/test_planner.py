@@ -300,7 +300,9 @@ def test_unknown_architecture_lists_supported(repo):
             [{"name": "a"}],
             model={"name": "m", "path": "/models/m", "hf_config": {"architectures": ["GPT2LMHeadModel"]}},
         )
-    assert "GPT2LMHeadModel" in str(exc.value) and "Qwen3MoeForCausalLM" in str(exc.value)
+    assert (
+        "GPT2LMHeadModel" in str(exc.value) and "Qwen3-MoE" in str(exc.value) and "gpt-oss" in str(exc.value)
+    )
 
 
 def test_missing_hardware_fact_says_what_to_do(repo):

@@ -1,0 +1,66 @@
+"""The plan's figures for every model of benchmarks/extra-vars/arch-check.yml on one H200 (issue 31).
+
+Prints, per model: architecture, weight format, KV pool kind, predicted weights GiB per GPU and
+KV tokens (and the sliding-window / state pool beside them): the "predicted" column of the H200
+check in docs/planner.md. After `make gpu-sweep` with arch-check.yml, the records' prediction /
+health.log_figures hold the same predicted figures beside the measured ones.
+Usage: .venv/bin/python benchmarks/plan_arch_check.py [GPU_MEMORY_GIB]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "module_utils"))
+
+from sglang_layouts import planner  # noqa: E402
+
+
+def main() -> int:
+    gib = float(sys.argv[1]) if len(sys.argv) > 1 else 139.80  # torch's H200 capacity (docs/gpu-memory.md)
+    ladders = yaml.safe_load((REPO / "benchmarks/extra-vars/arch-check.yml").read_text())[
+        "sglang_gpu_ladders"
+    ]
+    print(
+        f"{'model':26} {'architecture':22} {'weights':42} {'pool':10} {'GiB/GPU':>8} {'KV tokens':>10}  beside"
+    )
+    for name, layouts in ladders.items():
+        inputs = {
+            "host": "h",
+            "model": {
+                "name": name,
+                "path": f"/var/lib/sglang-models/{name}",
+                "hf_config_file": str(REPO / "models" / name / "config.json"),
+                "load_format": "dummy",
+            },
+            "hardware": {
+                "gpu_count": 1,
+                "gpu_memory_gib": gib,
+                "gpu_interconnect": "nvlink",
+                "gpu_name": "NVIDIA H200",
+            },
+            "serving": {"mem_fraction_static": 0.88, "context_length": 32768},
+            "layouts": layouts,
+        }
+        doc = planner.plan_host(inputs)
+        for lay in doc["layouts"]:
+            pool = lay["kv_pool"] or {}
+            beside = ""
+            if pool.get("swa_tokens") is not None:
+                beside = f"swa_tokens {pool['swa_tokens']}"
+            if pool.get("state_slots") is not None:
+                beside = f"state pool {pool['state_slots']} requests = {pool['state_gib']} GiB"
+            print(
+                f"{name:26} {doc['model']['architecture'][:22]:22} {doc['model']['quantization'][:42]:42} "
+                f"{pool.get('kind', '-'):10} {lay['weights_gib_per_gpu']!s:>8} {lay['kv_tokens']!s:>10}  {beside}"
+                + ("" if lay["verdict"] == "fits" else f"  [{lay['verdict']}: {'; '.join(lay['reasons'])}]")
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
