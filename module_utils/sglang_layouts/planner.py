@@ -498,8 +498,19 @@ def plan_host(inputs: dict) -> dict:
     if sglang_version in ("", "None"):
         sglang_version = None
     sglang_table = sglang_flags(sglang_version)
+    search = None
+    if inputs.get("search") is not None:
+        # sglang_layout_search: the candidates worth measuring join the layouts (search.py)
+        from .search import run as run_search, shortlist_marks
+
+        search, shortlisted = run_search(
+            inputs["search"], layouts, spec, hardware, serving, cluster, sglang_version, inputs.get("bench")
+        )
+        layouts = [*layouts, *shortlisted]
     plans = [plan_layout(layout, spec, hardware, serving, cluster, sglang_version) for layout in layouts]
     speed_note = _add_speed(plans, hardware, inputs.get("bench"))
+    if search is not None:
+        shortlist_marks(plans, search)
     _unit_collisions(plans)
     _conflicts(plans, inputs.get("host"))
     _port_collisions(plans, inputs.get("host"))
@@ -521,6 +532,7 @@ def plan_host(inputs: dict) -> dict:
         "serving": {k: v for k, v in serving.items() if k != "api_key_set"},
         "layouts": plans,
         "speed_note": speed_note,
+        **({"search": search} if search is not None else {}),
     }
 
 
