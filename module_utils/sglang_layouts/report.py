@@ -690,15 +690,21 @@ def search_sections(records, outdir):
 
     hosts = {}
     for host in sorted({r["host"] for r in records}):
-        section = report_section([r for r in records if r["host"] == host])
-        if section is None:
-            continue
         step_file = os.path.join(outdir, f"search-{host}.json")
+        last = {}
         if os.path.isfile(step_file):
             with open(step_file, encoding="utf-8") as f:
                 last = json.load(f)
-            section["stopped"] = last.get("why") if last.get("stop") else None
-            section["beyond_shortlist"] = last.get("beyond_shortlist") or []
+        section = report_section([r for r in records if r["host"] == host], last.get("objective"))
+        if section is None:
+            continue
+        section["stopped"] = last.get("why") if last.get("stop") else None
+        # the inventory's own layouts were ranked too: their places from the last step's ranking
+        places = {name: (before, after) for name, before, after in last.get("ranking") or []}
+        for row in section["rows"]:
+            if row["rank_predicted"] is None and row["layout"] in places:
+                row["rank_predicted"], row["rank_after_calibration"] = places[row["layout"]]
+        section["beyond_shortlist"] = last.get("beyond_shortlist") or []
         hosts[host] = section
     if not hosts:
         return None

@@ -413,7 +413,9 @@ def run(
             reason = "invalid" if plan["verdict"] == "invalid" else "does_not_fit"
             if named is None:
                 dropped[reason] += 1
-                last[reason] = (plan["reasons"] or [f"{lay['name']}: {plan['verdict']}"])[0]
+                # the deciding reason: an invalid layout's first rule, a memory verdict's own (the last)
+                texts = plan["reasons"] or [f"{lay['name']}: {plan['verdict']}"]
+                last[reason] = texts[0] if reason == "invalid" else texts[-1]
             continue
         if named is not None:
             continue  # the named layout stands for it (planned below with its own name)
@@ -431,10 +433,11 @@ def run(
     if not any(not e.get("named") for e in entries):
         gone = [k for k in ("does_not_fit", "invalid", "gpus") if dropped[k]]
         why = last[gone[0]] if gone else "the search space is empty"
+        first = why.split(". ")[0].rstrip(".")
         raise PlanError(
             f"sglang_layout_search yields no valid layout: all {len(cands)} candidates were dropped "
-            f"({', '.join(f'{dropped[k]} {k}' for k in gone) or 'none planned'}); the last one went for: {why}. "
-            "Widen vary:, knobs: or gpus:."
+            f"({', '.join(f'{dropped[k]} {k}' for k in gone) or 'none planned'}); the rule that removed the last: "
+            f"{first if len(first) <= 220 else first[:217] + '...'}. Widen vary:, knobs: or gpus:."
         )
     for i in sorted(_dominated(entries), reverse=True):
         entries.pop(i)

@@ -205,6 +205,7 @@ def step(section: dict, plans: dict[str, dict], records: list[dict], hardware: d
         and not ((plans.get(e["name"]) or {}).get("placement") or {}).get("spans")
     ]
     out = {
+        "objective": objective,
         "stop": True,
         "next": None,
         "search": None,
@@ -273,14 +274,15 @@ def kendall_tau(a: list[float], b: list[float]) -> float | None:
     return round((conc - disc) / denom, 4) if denom else None
 
 
-def report_section(records: list[dict]) -> dict | None:
+def report_section(records: list[dict], objective: str | None = None) -> dict | None:
     """The report's search section of one host's records (None without a search): predicted before
     and after the final calibration beside measured, Kendall tau, and whether the predicted best was
-    the measured best. Before: the plan's prediction; after: refit on every measured record."""
+    the measured best. Before: the plan's prediction; after: refit on every measured record.
+    objective: the search's (from its last step) when no record was chosen by the search."""
     searched = [r for r in records if r.get("search")]
-    if not searched:
+    if not searched and objective is None:
         return None
-    objective = searched[0]["search"].get("objective") or "single"
+    objective = objective or searched[0]["search"].get("objective") or "single"
     fit = refit(records)
     rows = []
     for rec in records:
@@ -319,7 +321,7 @@ def report_section(records: list[dict]) -> dict | None:
         "measured_best": best_meas,
         "predicted_best_was_best": best_pred == best_meas if rows else None,
         "calibration": {k: fit[k] for k in ("scales", "points", "layouts", "error_before", "error_after")},
-        "stopped": (searched[-1]["search"] or {}).get("why"),
+        "stopped": None,
     }
 
 
