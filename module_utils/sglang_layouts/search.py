@@ -395,8 +395,11 @@ def run(
     entries = []
     predictor = Predictor(hardware, bench)
     gpu_count = int(hardware["gpu_count"])
+    same_as_named = 0
     for lay in cands:
-        named = named_keys.get(shape_key(lay))
+        if shape_key(lay) in named_keys:
+            same_as_named += 1
+            continue  # the inventory's layout stands for it (planned below under its own name)
         # the planner's arithmetic of GPUs (plan_rules.parallel_shape), before the full plan
         par = parallel_shape(normalize_layout(lay))
         used = par["gpus_per_engine"] * par["replicas"]
@@ -404,21 +407,18 @@ def run(
             off = used % gpu_count != 0
         else:
             off = not norm["gpus"][0] <= used <= norm["gpus"][1]
-        if off and named is None:
+        if off:
             dropped["gpus"] += 1
             last["gpus"] = f"{lay['name']}: uses {used} GPUs, outside gpus {norm['gpus'] or 'all (whole hosts)'}"
             continue
         plan = plan_layout(lay, spec, hardware, serving, cluster, sglang_version)
         if plan["verdict"] != "fits":
             reason = "invalid" if plan["verdict"] == "invalid" else "does_not_fit"
-            if named is None:
-                dropped[reason] += 1
-                # the deciding reason: an invalid layout's first rule, a memory verdict's own (the last)
-                texts = plan["reasons"] or [f"{lay['name']}: {plan['verdict']}"]
-                last[reason] = texts[0] if reason == "invalid" else texts[-1]
+            dropped[reason] += 1
+            # the deciding reason: an invalid layout's first rule, a memory verdict's own (the last)
+            texts = plan["reasons"] or [f"{lay['name']}: {plan['verdict']}"]
+            last[reason] = texts[0] if reason == "invalid" else texts[-1]
             continue
-        if named is not None:
-            continue  # the named layout stands for it (planned below with its own name)
         speed = predictor(plan)
         entries.append(_entry(lay, plan, speed, objective, bench))
     for lay in named_layouts:
@@ -453,6 +453,8 @@ def run(
         "ranked": entries,
         "dropped": dropped,
         "dropped_text": REASONS,
+        # candidates that are one of the inventory's layouts: ranked under the inventory's name
+        "same_as_named": same_as_named,
         "last_dropped": last,
         "shortlist": [e["name"] for e in shortlist],
         "named": [e["name"] for e in entries if e.get("named")],
