@@ -22,7 +22,7 @@ import re
 from .engines import SGLANG, engine_flags, flag_index
 from .model import PlanError, kind_of
 from .plan_inputs import normalize_layout
-from .plan_rules import parallel_shape
+from .plan_rules import layout_problems, parallel_shape
 from .results import cost_per_mtok
 from .speed import predict as predict_speed
 
@@ -396,12 +396,14 @@ def run(
     predictor = Predictor(hardware, bench)
     gpu_count = int(hardware["gpu_count"])
     same_as_named = 0
+    shape_reasons: dict[tuple, list[str]] = {}
     for lay in cands:
         if shape_key(lay) in named_keys:
             same_as_named += 1
             continue  # the inventory's layout stands for it (planned below under its own name)
         # the planner's arithmetic of GPUs (plan_rules.parallel_shape), before the full plan
-        par = parallel_shape(normalize_layout(lay))
+        normalized = normalize_layout(lay)
+        par = parallel_shape(normalized)
         used = par["gpus_per_engine"] * par["replicas"]
         if norm["gpus"] is None:
             off = used % gpu_count != 0
@@ -410,6 +412,15 @@ def run(
         if off:
             dropped["gpus"] += 1
             last["gpus"] = f"{lay['name']}: uses {used} GPUs, outside gpus {norm['gpus'] or 'all (whole hosts)'}"
+            continue
+        # the planner's parallelism rules (plan_rules.layout_problems) read the shape, never args:
+        # a shape they refuse is refused with every knob value, so it is checked once
+        shape = (lay["tp"], lay["pp"], lay["dp"], lay["ep"], lay["enable_dp_attention"], lay["nnodes"], lay["replicas"])
+        if shape not in shape_reasons:
+            shape_reasons[shape] = layout_problems(normalized, par, spec, hardware)[0]
+        if shape_reasons[shape]:
+            dropped["invalid"] += 1
+            last["invalid"] = shape_reasons[shape][0]
             continue
         plan = plan_layout(lay, spec, hardware, serving, cluster, sglang_version)
         if plan["verdict"] != "fits":
