@@ -37,8 +37,8 @@ SEARCH_KEYS = {
     "gpus": "GPUs a candidate may use: all (whole hosts, the default), a number, or [min, max]",
     "vary": "parallelism to vary: {tp, pp, dp, ep, enable_dp_attention, moe_dense_tp_size, nnodes, replicas: [...]}",
     "knobs": "serving flags to vary: {<flag of the version's table>: [values]}",
-    "top_k": "how many predicted-best candidates the sweep measures (default 3)",
-    "budget": "most candidates the sweep measures (default top_k); at least 1",
+    "top_k": "how many candidates the sweep measures at least, best predicted first (default 3)",
+    "budget": "most candidates the sweep measures (default top_k); past top_k the stop rule decides",
 }
 # The layout keys a search may vary, and moe_dense_tp_size (a flag, rendered under args:).
 VARY_KEYS = ("tp", "pp", "dp", "ep", "enable_dp_attention", "moe_dense_tp_size", "nnodes", "replicas")
@@ -48,7 +48,7 @@ REASONS = {
     "gpus": "uses a GPU count outside gpus",
     "invalid": "refused by the planner's parallelism rules",
     "does_not_fit": "does not fit in GPU memory",
-    "dominated": "another candidate is predicted at least as good on every figure with no more GPUs",
+    "dominated": "another candidate is predicted better on one figure and no worse on any, with no more GPUs",
 }
 _VALUE_CHARS = re.compile(r"[^A-Za-z0-9_.+]")
 
@@ -308,26 +308,20 @@ def _figures(entry: dict) -> tuple:
 
 
 def _dominated(entries: list[dict]) -> set[int]:
-    """Indices of entries another entry beats or ties on every figure (no more GPUs); of exact ties
-    the first stays. Named (hand-written) layouts are never dropped."""
-    out = set()
-    seen: dict[tuple, int] = {}
-    distinct = []
+    """Indices of entries another entry beats on one figure and matches or beats on every other (no
+    more GPUs). Exact ties stay: the model cannot tell them apart, a measurement can. Named
+    (hand-written) layouts are never dropped."""
+    by_figures: dict[tuple, list[int]] = {}
     for i, e in enumerate(entries):
-        f = _figures(e)
-        if f in seen and not e.get("named"):
-            out.add(i)
-            continue
-        seen.setdefault(f, i)
-        distinct.append((f, i))
-    distinct.sort(key=lambda x: x[0], reverse=True)
+        by_figures.setdefault(_figures(e), []).append(i)
+    distinct = sorted(by_figures, reverse=True)
     front: list[tuple] = []
-    for f, i in distinct:
-        if any(all(a >= b for a, b in zip(g, f, strict=True)) for g in front):
-            if not entries[i].get("named"):
-                out.add(i)
-                continue
-        front = [g for g in front if not all(a >= b for a, b in zip(f, g, strict=True))] + [f]
+    out = set()
+    for f in distinct:
+        if any(g != f and all(a >= b for a, b in zip(g, f, strict=True)) for g in front):
+            out.update(i for i in by_figures[f] if not entries[i].get("named"))
+            continue
+        front.append(f)
     return out
 
 
@@ -397,13 +391,17 @@ def run(
     gpu_count = int(hardware["gpu_count"])
     same_as_named = 0
     shape_reasons: dict[tuple, list[str]] = {}
+    shapes: dict[tuple, tuple] = {}
     for lay in cands:
-        if shape_key(lay) in named_keys:
+        if named_keys and shape_key(lay) in named_keys:
             same_as_named += 1
             continue  # the inventory's layout stands for it (planned below under its own name)
-        # the planner's arithmetic of GPUs (plan_rules.parallel_shape), before the full plan
-        normalized = normalize_layout(lay)
-        par = parallel_shape(normalized)
+        # the planner's arithmetic of GPUs (plan_rules.parallel_shape), before the full plan; once per shape
+        shape = (lay["tp"], lay["pp"], lay["dp"], lay["ep"], lay["enable_dp_attention"], lay["nnodes"], lay["replicas"])
+        if shape not in shapes:
+            normalized = normalize_layout({k: v for k, v in lay.items() if k != "args"})
+            shapes[shape] = (normalized, parallel_shape(normalized))
+        normalized, par = shapes[shape]
         used = par["gpus_per_engine"] * par["replicas"]
         if norm["gpus"] is None:
             off = used % gpu_count != 0
@@ -415,7 +413,6 @@ def run(
             continue
         # the planner's parallelism rules (plan_rules.layout_problems) read the shape, never args:
         # a shape they refuse is refused with every knob value, so it is checked once
-        shape = (lay["tp"], lay["pp"], lay["dp"], lay["ep"], lay["enable_dp_attention"], lay["nnodes"], lay["replicas"])
         if shape not in shape_reasons:
             shape_reasons[shape] = layout_problems(normalized, par, spec, hardware)[0]
         if shape_reasons[shape]:

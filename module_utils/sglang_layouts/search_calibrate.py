@@ -4,9 +4,9 @@ host, re-rank the candidates, pick the next one or stop (docs/planner.md, "Layou
 Refit: three bounded scale factors over speed.py's constants (FACTORS), chosen to minimise the mean
 squared log ratio of measured to predicted output tok/s over every level (and the single-request
 speed) of every layout measured on the host so far; coordinate descent, golden-section per factor.
-The observed error is exp(RMS log ratio) - 1 after the fit. Stop when the budget is spent, or when
-no unmeasured candidate's calibrated prediction beats the best measured value by more than that
-error. Pure: records and plans in, decisions out; the playbook only loops (tasks/search_step.yml).
+The observed error is exp(RMS log ratio) - 1 after the fit. The top_k best (re-ranked after each
+refit) are measured; past them the sweep stops when the budget is spent, or when no unmeasured
+candidate's calibrated prediction beats the best measured value by more than that error. Pure: records and plans in, decisions out; the playbook only loops (tasks/search_step.yml).
 """
 
 from __future__ import annotations
@@ -226,7 +226,8 @@ def step(section: dict, plans: dict[str, dict], records: list[dict], hardware: d
         out["why"] = "every shortlisted candidate is measured"
         return out
     pick = waiting[0]
-    if not beats(objective, pick["value_calibrated"], best, error):
+    # the first top_k are measured whatever the model says; past them, only a predicted win
+    if spent >= section["top_k"] and not beats(objective, pick["value_calibrated"], best, error):
         out["why"] = (
             f"no unmeasured candidate is predicted to beat {best_name} ({best:.4g} measured) by more than the "
             f"model's observed error ({100 * error:.0f}%): the best left, {pick['name']}, is predicted at "
