@@ -83,7 +83,14 @@ def part_a() -> None:
 
 def _playbook(layouts: list[dict], out: str) -> tuple[float, int]:
     extra = json.dumps({"sglang_layouts": layouts, "sglang_plan_dir": out})
-    cmd = [str(REPO / ".venv/bin/ansible-playbook"), "-i", "inventory/demo", "playbooks/plan.yml", "-e", extra]
+    cmd = [
+        str(REPO / ".venv/bin/ansible-playbook"),
+        "-i",
+        "inventory/demo",
+        "playbooks/plan.yml",
+        "-e",
+        extra,
+    ]
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
     t0 = time.perf_counter()
     p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)

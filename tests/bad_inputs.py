@@ -403,12 +403,21 @@ CASES = [
         "sglang_layout_search with a knob the pinned SGLang's flag table lacks",
         {"sglang_layout_search": {"knobs": {"kv_cache_dtyp": ["fp8_e4m3"]}}},
         "error",
-        ["sglang_layout_search.knobs.kv_cache_dtyp", "no flag --kv-cache-dtyp", "did you mean --kv-cache-dtype"],
+        [
+            "sglang_layout_search.knobs.kv_cache_dtyp",
+            "no flag --kv-cache-dtyp",
+            "did you mean --kv-cache-dtype",
+        ],
     ),
     Case(
         "search-no-valid-layout",
         "sglang_layout_search whose range yields no valid layout (Kimi K2.6 on one GPU)",
-        {"sglang_layout_search": {"gpus": 1, "vary": {"tp": [1], "pp": [1], "dp": [1], "ep": [1], "nnodes": [1]}}},
+        {
+            "sglang_layout_search": {
+                "gpus": 1,
+                "vary": {"tp": [1], "pp": [1], "dp": [1], "ep": [1], "nnodes": [1]},
+            }
+        },
         "error",
         ["yields no valid layout", "1 does_not_fit", "CUDA runs out of memory while loading the weights"],
     ),

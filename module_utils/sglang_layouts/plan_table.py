@@ -124,7 +124,17 @@ def plan_table(plan: dict) -> list[str]:
     return out
 
 
-SEARCH_COLUMNS = ("rank", "layout", "GPUs", "weights GiB/GPU", "KV tokens", "single tok/s*", "peak tok/s*", "objective*", "")
+SEARCH_COLUMNS = (
+    "rank",
+    "layout",
+    "GPUs",
+    "weights GiB/GPU",
+    "KV tokens",
+    "single tok/s*",
+    "peak tok/s*",
+    "objective*",
+    "",
+)
 # Rows of the console table; the plan JSON holds every ranked candidate.
 SEARCH_ROWS = 20
 
@@ -162,12 +172,15 @@ def search_table(section: dict, rows: int = SEARCH_ROWS) -> list[str]:
         *(line.format(*r).rstrip() for r in table),
     ]
     if len(shown) < len(ranked):
-        out.append(f"  ... {len(ranked) - len(shown)} more ranked candidates in the plan JSON (search.ranked)")
+        out.append(
+            f"  ... {len(ranked) - len(shown)} more ranked candidates in the plan JSON (search.ranked)"
+        )
     out.append(
-        "  dropped: "
-        + ", ".join(f"{n} {k} ({section['dropped_text'][k]})" for k, n in dropped.items() if n)
+        "  dropped: " + ", ".join(f"{n} {k} ({section['dropped_text'][k]})" for k, n in dropped.items() if n)
         if any(dropped.values())
         else "  dropped: none"
     )
-    out.append("  * predicted by speed.py at the inventory's benchmark; KV tokens: all DP groups and replicas")
+    out.append(
+        "  * predicted by speed.py at the inventory's benchmark; KV tokens: all DP groups and replicas"
+    )
     return out

@@ -501,7 +501,8 @@ def plan_host(inputs: dict) -> dict:
     search = None
     if inputs.get("search") is not None:
         # sglang_layout_search: the candidates worth measuring join the layouts (search.py)
-        from .search import run as run_search, shortlist_marks
+        from .search import run as run_search
+        from .search import shortlist_marks
 
         search, shortlisted = run_search(
             inputs["search"], layouts, spec, hardware, serving, cluster, sglang_version, inputs.get("bench")

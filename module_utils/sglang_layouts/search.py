@@ -213,7 +213,9 @@ def normalize_search(search, hardware: dict, cluster: dict, sglang_version: str 
             try:
                 canonical_args(f"{where}.knobs", {key: v}, SGLANG, sglang_version)
             except PlanError as e:
-                raise PlanError(str(e).replace("layout sglang_layout_search.knobs", where + ".knobs")) from None
+                raise PlanError(
+                    str(e).replace("layout sglang_layout_search.knobs", where + ".knobs")
+                ) from None
         out_knobs[knob_key(index[spelled])] = list(dict.fromkeys(values))
     return {
         "objective": objective,
@@ -229,15 +231,31 @@ def candidates(norm: dict) -> list[dict]:
     """Every layout of the search space, in a fixed order (shape first, then knobs)."""
     s = norm["space"]
     knob_names = list(norm["knobs"])
-    knob_sets = [dict(zip(knob_names, vals, strict=True)) for vals in itertools.product(*norm["knobs"].values())]
+    knob_sets = [
+        dict(zip(knob_names, vals, strict=True)) for vals in itertools.product(*norm["knobs"].values())
+    ]
     out = []
     for tp, pp, dp, ep, dpa, nnodes, replicas, mdtp in itertools.product(
-        s["tp"], s["pp"], s["dp"], s["ep"], s["enable_dp_attention"], s["nnodes"], s["replicas"],
+        s["tp"],
+        s["pp"],
+        s["dp"],
+        s["ep"],
+        s["enable_dp_attention"],
+        s["nnodes"],
+        s["replicas"],
         s["moe_dense_tp_size"],
     ):
         if dpa and dp == 1:
             continue  # the planner notes it does nothing: the same layout as without it
-        lay = {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "enable_dp_attention": dpa, "nnodes": nnodes, "replicas": replicas}
+        lay = {
+            "tp": tp,
+            "pp": pp,
+            "dp": dp,
+            "ep": ep,
+            "enable_dp_attention": dpa,
+            "nnodes": nnodes,
+            "replicas": replicas,
+        }
         base = {} if mdtp is None else {"moe_dense_tp_size": mdtp}
         for ks in knob_sets:
             args = {**base, **ks}
@@ -245,7 +263,9 @@ def candidates(norm: dict) -> list[dict]:
     return out
 
 
-def objective_value(objective: str, speed: dict | None, gpus_used: int | None, bench: dict | None) -> float | None:
+def objective_value(
+    objective: str, speed: dict | None, gpus_used: int | None, bench: dict | None
+) -> float | None:
     """The figure a candidate is ranked by (None: the model cannot say)."""
     if not speed:
         return None
@@ -351,7 +371,8 @@ class Predictor:
             speed, _ = predict_speed(plan, self.hardware, self.bench)
             if speed:
                 speed["hardware"] = {
-                    k: self.hardware.get(k) for k in ("gpu_name", "gpu_memory_bandwidth_gbs", "gpu_interconnect", "gpu_memory_gib")
+                    k: self.hardware.get(k)
+                    for k in ("gpu_name", "gpu_memory_bandwidth_gbs", "gpu_interconnect", "gpu_memory_gib")
                 }
             self.cache[key] = (speed,)
         speed = self.cache[key][0]
@@ -397,7 +418,15 @@ def run(
             same_as_named += 1
             continue  # the inventory's layout stands for it (planned below under its own name)
         # the planner's arithmetic of GPUs (plan_rules.parallel_shape), before the full plan; once per shape
-        shape = (lay["tp"], lay["pp"], lay["dp"], lay["ep"], lay["enable_dp_attention"], lay["nnodes"], lay["replicas"])
+        shape = (
+            lay["tp"],
+            lay["pp"],
+            lay["dp"],
+            lay["ep"],
+            lay["enable_dp_attention"],
+            lay["nnodes"],
+            lay["replicas"],
+        )
         if shape not in shapes:
             normalized = normalize_layout({k: v for k, v in lay.items() if k != "args"})
             shapes[shape] = (normalized, parallel_shape(normalized))
@@ -409,7 +438,9 @@ def run(
             off = not norm["gpus"][0] <= used <= norm["gpus"][1]
         if off:
             dropped["gpus"] += 1
-            last["gpus"] = f"{lay['name']}: uses {used} GPUs, outside gpus {norm['gpus'] or 'all (whole hosts)'}"
+            last["gpus"] = (
+                f"{lay['name']}: uses {used} GPUs, outside gpus {norm['gpus'] or 'all (whole hosts)'}"
+            )
             continue
         # the planner's parallelism rules (plan_rules.layout_problems) read the shape, never args:
         # a shape they refuse is refused with every knob value, so it is checked once
@@ -504,4 +535,8 @@ def shortlist_marks(plans: list[dict], section: dict) -> None:
     for p in plans:
         e = by_name.get(p["name"])
         if e is not None and not e.get("named"):
-            p["search"] = {"rank_predicted": e["rank"], "value_predicted": e["value"], "objective": section["objective"]}
+            p["search"] = {
+                "rank_predicted": e["rank"],
+                "value_predicted": e["value"],
+                "objective": section["objective"],
+            }

@@ -21,7 +21,10 @@ from .search import lower_is_better, objective_value, rank_entries
 FACTORS: dict[str, tuple[tuple[str, ...], tuple[float, float]]] = {
     "memory": (("eta_weights", "eta_kv"), (0.5, 1.15)),
     "compute": (("eta_f_bf16", "eta_f_fp8", "eta_f_int4"), (0.5, 1.5)),
-    "overhead": (("tau_kernel_us", "t_fixed_ms", "t_cpu_sched_ms", "t_hop_ms", "tau_cpu_eager_us"), (0.5, 3.0)),
+    "overhead": (
+        ("tau_kernel_us", "t_fixed_ms", "t_cpu_sched_ms", "t_hop_ms", "tau_cpu_eager_us"),
+        (0.5, 3.0),
+    ),
 }
 PASSES = 3
 GOLDEN_STEPS = 14
@@ -62,7 +65,12 @@ def _points(rec: dict) -> list[tuple[str, float]]:
         out.append(("single", float(single)))
     for lv in rec.get("levels") or []:
         v = lv.get("output_tok_s")
-        if lv.get("concurrency") is not None and lv.get("request_rate") in (None, "inf") and isinstance(v, int | float) and v > 0:
+        if (
+            lv.get("concurrency") is not None
+            and lv.get("request_rate") in (None, "inf")
+            and isinstance(v, int | float)
+            and v > 0
+        ):
             out.append((str(lv["concurrency"]), float(v)))
     return out
 
@@ -93,7 +101,11 @@ def _residuals(recs: list[dict], constants: dict[str, float]) -> list[float]:
         if not pred:
             continue
         for what, measured in _points(rec):
-            p = pred["single_tok_s"] if what == "single" else (pred["by_concurrency"].get(what) or {}).get("output_tok_s")
+            p = (
+                pred["single_tok_s"]
+                if what == "single"
+                else (pred["by_concurrency"].get(what) or {}).get("output_tok_s")
+            )
             if p:
                 out.append(math.log(measured / p))
     return out
@@ -110,11 +122,22 @@ def error_of(residuals: list[float]) -> float | None:
 
 def refit(records: list[dict]) -> dict:
     """The host's scale factors fitted to every measured record, with the error before and after."""
-    recs = [r for r in records if r.get("status") in MEASURED and _points(r) and (r.get("prediction") or {}).get("cost")]
+    recs = [
+        r
+        for r in records
+        if r.get("status") in MEASURED and _points(r) and (r.get("prediction") or {}).get("cost")
+    ]
     scales = {f: 1.0 for f in FACTORS}
     before = _residuals(recs, {})
     if not before:
-        return {"scales": scales, "constants": {}, "points": 0, "layouts": [], "error_before": None, "error_after": None}
+        return {
+            "scales": scales,
+            "constants": {},
+            "points": 0,
+            "layouts": [],
+            "error_before": None,
+            "error_after": None,
+        }
     best = _loss(before)
     phi = (math.sqrt(5) - 1) / 2
     for _ in range(PASSES):
@@ -151,7 +174,14 @@ def refit(records: list[dict]) -> dict:
     }
 
 
-def recalibrated(entries: list[dict], plans: dict[str, dict], hardware: dict, bench: dict | None, objective: str, constants: dict) -> list[dict]:
+def recalibrated(
+    entries: list[dict],
+    plans: dict[str, dict],
+    hardware: dict,
+    bench: dict | None,
+    objective: str,
+    constants: dict,
+) -> list[dict]:
     """Copies of the ranked entries with value_calibrated and rank_after_calibration (plans: each
     entry's plan by name, for the speed model's inputs)."""
     from .search import Predictor
@@ -162,7 +192,14 @@ def recalibrated(entries: list[dict], plans: dict[str, dict], hardware: dict, be
         for e in entries:
             plan = plans.get(e["name"])
             sp = predictor(plan) if plan else None
-            out.append({**e, "value_calibrated": objective_value(objective, sp, e.get("gpus_used"), bench) if sp else e.get("value")})
+            out.append(
+                {
+                    **e,
+                    "value_calibrated": objective_value(objective, sp, e.get("gpus_used"), bench)
+                    if sp
+                    else e.get("value"),
+                }
+            )
     rank_entries(out, objective, key="value_calibrated", rank_key="rank_after_calibration")
     return out
 
@@ -178,7 +215,9 @@ def beats(objective: str, value: float | None, best: float | None, error: float)
     return value > best * (1.0 + error)
 
 
-def step(section: dict, plans: dict[str, dict], records: list[dict], hardware: dict, bench: dict | None) -> dict:
+def step(
+    section: dict, plans: dict[str, dict], records: list[dict], hardware: dict, bench: dict | None
+) -> dict:
     """What the sweep does next: {"stop": bool, "why", "next": name or None, "search": the record's
     search block for it, "calibration", "ranking": [name, rank_predicted, rank_after_calibration]}.
 
@@ -216,7 +255,13 @@ def step(section: dict, plans: dict[str, dict], records: list[dict], hardware: d
         "error": error,
         "ranking": [[e["name"], e["rank"], e["rank_after_calibration"]] for e in ranked],
     }
-    beyond = [e for e in ranked if e["name"] not in shortlist and not e.get("named") and beats(objective, e["value_calibrated"], best, error)]
+    beyond = [
+        e
+        for e in ranked
+        if e["name"] not in shortlist
+        and not e.get("named")
+        and beats(objective, e["value_calibrated"], best, error)
+    ]
     if beyond:
         out["beyond_shortlist"] = [e["name"] for e in beyond[:5]]
     if spent >= section["budget"]:
@@ -236,9 +281,8 @@ def step(section: dict, plans: dict[str, dict], records: list[dict], hardware: d
         return out
     out["stop"] = False
     out["next"] = pick["name"]
-    out["why"] = (
-        f"{pick['name']} is predicted at {pick['value_calibrated']:.4g} after calibration"
-        + (f", above {best_name}'s measured {best:.4g} by more than {100 * error:.0f}%" if best_name else "")
+    out["why"] = f"{pick['name']} is predicted at {pick['value_calibrated']:.4g} after calibration" + (
+        f", above {best_name}'s measured {best:.4g} by more than {100 * error:.0f}%" if best_name else ""
     )
     out["search"] = {
         "rank_predicted": pick["rank"],
@@ -292,7 +336,10 @@ def report_section(records: list[dict], objective: str | None = None) -> dict | 
         if m is None or not sp:
             continue
         gpus = rec.get("gpus_used")
-        bench = {"slo": (rec.get("bench_config") or {}).get("slo") or {}, "gpu_hour_cost": (rec.get("cost_per_mtok") or {}).get("gpu_hour_cost")}
+        bench = {
+            "slo": (rec.get("bench_config") or {}).get("slo") or {},
+            "gpu_hour_cost": (rec.get("cost_per_mtok") or {}).get("gpu_hour_cost"),
+        }
         before = objective_value(objective, sp, gpus, bench)
         after_sp = _predict_full(rec, fit["constants"])
         after = objective_value(objective, after_sp, gpus, bench) if after_sp else None
@@ -310,7 +357,9 @@ def report_section(records: list[dict], objective: str | None = None) -> dict | 
         )
     sign = 1 if lower_is_better(objective) else -1
     tau = kendall_tau([r["predicted"] or 0.0 for r in rows], [r["measured"] for r in rows])
-    tau_after = kendall_tau([r["predicted_after_calibration"] or 0.0 for r in rows], [r["measured"] for r in rows])
+    tau_after = kendall_tau(
+        [r["predicted_after_calibration"] or 0.0 for r in rows], [r["measured"] for r in rows]
+    )
     best_pred = min(rows, key=lambda r: sign * (r["predicted"] or 0.0))["layout"] if rows else None
     best_meas = min(rows, key=lambda r: sign * r["measured"])["layout"] if rows else None
     return {

@@ -48,5 +48,7 @@ def test_a_search_sweep_measures_calibrates_and_reports(run_playbook, tmp_path, 
     sec = summary["search"]
     assert {"kendall_tau", "predicted_best_was_best"} <= set(sec)
     assert {row["layout"] for row in sec["rows"]} == set(recs)
-    assert all(row["predicted"] and row["predicted_after_calibration"] and row["measured"] for row in sec["rows"])
+    assert all(
+        row["predicted"] and row["predicted_after_calibration"] and row["measured"] for row in sec["rows"]
+    )
     assert "## Layout search" in (results / run_id / "REPORT.md").read_text()

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import yaml
-from sglang_layouts import planner, plan_table, results, search, search_calibrate, speed
+from sglang_layouts import plan_table, planner, results, search, search_calibrate, speed
 from sglang_layouts.model import PlanError
 from sglang_layouts.names import layout_name_problem
 
@@ -22,7 +22,11 @@ def _inputs(repo, search_spec, layouts=None, hosts=("seed-box",)):
         "layouts": layouts if layouts is not None else [],
         "hardware": {**SEED_BOX, "gpu_name": GPU},
         "serving": DEMO_SERVING,
-        "cluster": {"group": "g", "hosts": list(hosts), "addresses": [f"10.0.0.{i}" for i in range(len(hosts))]},
+        "cluster": {
+            "group": "g",
+            "hosts": list(hosts),
+            "addresses": [f"10.0.0.{i}" for i in range(len(hosts))],
+        },
         "bench": BENCH,
         "search": search_spec,
     }
@@ -47,7 +51,9 @@ def test_every_candidate_is_ranked_or_counted_and_the_planner_decides_which(repo
     for e in sec["ranked"]:
         assert set(e) >= {"name", "layout", "speed", "memory", "rank", "value"}
         # the planner itself says it fits
-        again = planner.plan_layout({**e["layout"], "name": e["name"]}, spec, {**SEED_BOX, "gpu_name": GPU}, DEMO_SERVING)
+        again = planner.plan_layout(
+            {**e["layout"], "name": e["name"]}, spec, {**SEED_BOX, "gpu_name": GPU}, DEMO_SERVING
+        )
         assert again["verdict"] == "fits" and e["memory"]["kv_tokens"] == again["kv_tokens"]
     # an invalid shape is never ranked: ep must divide tp (the planner's rule)
     assert not any(e["layout"].get("ep", 1) > e["layout"].get("tp", 1) for e in auto)
@@ -102,7 +108,9 @@ def test_knobs_make_named_candidates_and_the_names_pass_the_name_rule(repo):
 
 
 def test_layout_names_map_what_a_name_cannot_carry():
-    name = search.layout_name({"tp": 4, "pp": 2, "dp": 2, "ep": 2, "enable_dp_attention": True}, {"x": "a/b c"})
+    name = search.layout_name(
+        {"tp": 4, "pp": 2, "dp": 2, "ep": 2, "enable_dp_attention": True}, {"x": "a/b c"}
+    )
     assert name == "auto-4x2x2-ep2-dpa-x=a_b_c" and layout_name_problem(name) is None
     long = search.layout_name({"tp": 1, "pp": 1, "dp": 1}, {f"knob_{i}": "v" * 20 for i in range(6)})
     assert len(long) <= 128 and long.startswith("auto-1x1x1-k") and layout_name_problem(long) is None
@@ -148,10 +156,14 @@ def _record(plan_entry, host, scale, run="r1", with_search=None):
     """A measured record of a plan entry whose every level ran at `scale` x the prediction."""
     sp = plan_entry["speed"]
     levels = [
-        {"concurrency": int(c), "output_tok_s": v["output_tok_s"] * scale} for c, v in sp["by_concurrency"].items()
+        {"concurrency": int(c), "output_tok_s": v["output_tok_s"] * scale}
+        for c, v in sp["by_concurrency"].items()
     ]
     peak = max(lv["output_tok_s"] for lv in levels)
-    bench = {"summary": {"single_request_tok_s": sp["single_tok_s"] * scale, "peak_output_tok_s": peak}, "levels": levels}
+    bench = {
+        "summary": {"single_request_tok_s": sp["single_tok_s"] * scale, "peak_output_tok_s": peak},
+        "levels": levels,
+    }
     plan = dict(plan_entry)
     if with_search is not None:
         plan["search"] = with_search
@@ -168,7 +180,10 @@ def test_refit_recovers_a_uniform_slowdown_within_its_bounds(peak_plan):
     assert all(lo <= fit["scales"][f] <= hi for f, (_, (lo, hi)) in search_calibrate.FACTORS.items())
     assert fit["scales"]["memory"] < 1.0
     # the table is what it was outside the fit
-    assert speed.c("eta_weights") == speed.CONSTANTS["eta_weights"][0] and speed.CONSTANTS["eta_weights"][1] != "FIT"
+    assert (
+        speed.c("eta_weights") == speed.CONSTANTS["eta_weights"][0]
+        and speed.CONSTANTS["eta_weights"][1] != "FIT"
+    )
     # a far larger miss than the bounds allow: the fit stops at a bound and says the error left
     far = search_calibrate.refit([_record(tp8, "seed-box", 0.05)])
     assert far["error_after"] > 1.0 and far["scales"]["memory"] == pytest.approx(0.5, abs=0.01)
@@ -189,7 +204,9 @@ def test_step_picks_the_best_predicted_then_stops_by_rule_or_budget(repo, demo_l
     # nothing measured: the best predicted shortlisted candidate
     first = search_calibrate.step(sec, plans, [], hw, BENCH)
     assert not first["stop"] and first["next"] == sec["shortlist"][0]
-    assert first["search"]["rank_predicted"] == next(e["rank"] for e in sec["ranked"] if e["name"] == first["next"])
+    assert first["search"]["rank_predicted"] == next(
+        e["rank"] for e in sec["ranked"] if e["name"] == first["next"]
+    )
     # the hand-written tp8 measured 3x its prediction: nothing left can beat it
     tp8 = _record(plans["tp8"], "seed-box", 3.0)
     stop = search_calibrate.step({**sec, "top_k": 0}, plans, [tp8], hw, BENCH)
@@ -220,14 +237,21 @@ def test_report_section_sets_predicted_before_and_after_beside_measured(peak_pla
     recs = [
         _record(plans["tp8"], "seed-box", 0.5),
         _record(plans["pp8"], "seed-box", 0.5),
-        _record(plans[name], "seed-box", 0.5, with_search={"rank_predicted": 4, "rank_after_calibration": 2, "objective": "peak"}),
+        _record(
+            plans[name],
+            "seed-box",
+            0.5,
+            with_search={"rank_predicted": 4, "rank_after_calibration": 2, "objective": "peak"},
+        ),
     ]
     sec = search_calibrate.report_section(recs)
     assert sec["objective"] == "peak" and len(sec["rows"]) == 3
     assert sec["kendall_tau"] == 1.0 and sec["predicted_best_was_best"] is True
     for row in sec["rows"]:
         assert row["measured"] == pytest.approx(row["predicted"] * 0.5, rel=0.01)
-        assert abs(row["predicted_after_calibration"] / row["measured"] - 1) < abs(row["predicted"] / row["measured"] - 1)
+        assert abs(row["predicted_after_calibration"] / row["measured"] - 1) < abs(
+            row["predicted"] / row["measured"] - 1
+        )
     assert json.dumps(sec)
     # no search in the run: no section
     assert search_calibrate.report_section(recs[:2]) is None
