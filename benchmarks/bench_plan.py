@@ -98,7 +98,17 @@ def _playbook(layouts: list[dict], out: str) -> tuple[float, int]:
     if p.returncode:
         print(p.stdout[-3000:], p.stderr[-2000:], file=sys.stderr)
         raise SystemExit(1)
+    _LAST_STDOUT[0] = p.stdout
     return wall, len(json.loads((Path(out) / "seed-box.json").read_text())["layouts"])
+
+
+_LAST_STDOUT = [""]
+
+
+def slowest_tasks(stdout: str, n: int = 4) -> list[str]:
+    """The task recap of profile_tasks (where installed): where the playbook's time went."""
+    lines = stdout.split("TASKS RECAP", 1)[-1].splitlines() if "TASKS RECAP" in stdout else []
+    return [line.strip() for line in lines if line.rstrip().endswith("s") and " --- " in line][:n]
 
 
 def two_hundred() -> list[dict]:
@@ -114,7 +124,9 @@ def two_hundred() -> list[dict]:
 def part_b() -> None:
     with tempfile.TemporaryDirectory() as out:
         wall, n = _playbook(two_hundred(), out)
-    print(f"(b) plan.yml over {n} explicit layouts: {wall:.2f} s (target < 30 s)")
+    print(f"(b) plan.yml over {n} explicit layouts: {wall:.2f} s (target < 30 s); slowest tasks:")
+    for line in slowest_tasks(_LAST_STDOUT[0]):
+        print(f"    {line}")
 
 
 def part_c() -> None:
