@@ -175,6 +175,11 @@ def search_table(section: dict, rows: int = SEARCH_ROWS) -> list[str]:
         out.append(
             f"  ... {len(ranked) - len(shown)} more ranked candidates in the plan JSON (search.ranked)"
         )
+    if section.get("named_unranked"):
+        out.append(
+            "  hand-written, not ranked: "
+            + ", ".join(f"{n} ({v})" for n, v in section["named_unranked"].items())
+        )
     out.append(
         "  dropped: " + ", ".join(f"{n} {k} ({section['dropped_text'][k]})" for k, n in dropped.items() if n)
         if any(dropped.values())

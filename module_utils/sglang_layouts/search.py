@@ -460,6 +460,7 @@ def run(
             continue
         speed = predictor(plan)
         entries.append(_entry(lay, plan, speed, objective, bench))
+    unranked: dict[str, str] = {}
     for lay in named_layouts:
         try:
             plan = plan_layout(lay, spec, hardware, serving, cluster, sglang_version)
@@ -469,6 +470,8 @@ def run(
             e = _entry(lay, plan, predictor(plan), objective, bench)
             e["named"] = True
             entries.append(e)
+        else:
+            unranked[lay["name"]] = plan["verdict"]
     if not any(not e.get("named") for e in entries):
         gone = [k for k in ("does_not_fit", "invalid", "gpus") if dropped[k]]
         why = last[gone[0]] if gone else "the search space is empty"
@@ -497,6 +500,8 @@ def run(
         "last_dropped": last,
         "shortlist": [e["name"] for e in shortlist],
         "named": [e["name"] for e in entries if e.get("named")],
+        # the inventory's layouts that do not fit or are invalid (the plan's table says why)
+        "named_unranked": unranked,
         "predictions": len(predictor.cache),
     }
     return section, [dict(e["layout"], name=e["name"]) for e in shortlist]

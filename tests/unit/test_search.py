@@ -75,6 +75,8 @@ def test_the_ranking_follows_the_objective_and_shows_the_hand_written_layouts(pe
     assert any(line.startswith("search: ") for line in lines)
     assert any("hand-written" in line and "tp8" in line for line in lines)
     assert any(line.strip().startswith("dropped:") and "invalid" in line for line in lines)
+    assert sec["named_unranked"] == {"tp4ep2": "oom", "tp2ep4": "invalid"}
+    assert any("hand-written, not ranked: tp4ep2 (oom), tp2ep4 (invalid)" in line for line in lines)
 
 
 def test_single_ranks_by_single_request_speed(repo, demo_layouts):
