@@ -81,7 +81,7 @@ def part_a() -> None:
     )
 
 
-def _playbook(layouts: list[dict], out: str) -> tuple[float, int]:
+def _playbook(layouts: list[dict], out: str, profile: bool = False) -> tuple[float, int]:
     extra = json.dumps({"sglang_layouts": layouts, "sglang_plan_dir": out})
     cmd = [
         str(REPO / ".venv/bin/ansible-playbook"),
@@ -92,6 +92,9 @@ def _playbook(layouts: list[dict], out: str) -> tuple[float, int]:
         extra,
     ]
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+    if profile:
+        # where the time goes, per task (ansible.posix, where installed)
+        env["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.profile_tasks"
     t0 = time.perf_counter()
     p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -123,7 +126,7 @@ def two_hundred() -> list[dict]:
 
 def part_b() -> None:
     with tempfile.TemporaryDirectory() as out:
-        wall, n = _playbook(two_hundred(), out)
+        wall, n = _playbook(two_hundred(), out, profile=True)
     print(f"(b) plan.yml over {n} explicit layouts: {wall:.2f} s (target < 30 s); slowest tasks:")
     for line in slowest_tasks(_LAST_STDOUT[0]):
         print(f"    {line}")
