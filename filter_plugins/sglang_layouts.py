@@ -89,6 +89,8 @@ _FACES = {
     # one layout of a plan document, or an error naming the known layouts
     "sglang_layout_plan": ("planner.layout_plan", "planner.PlanError"),
     "sglang_layout_secret_env": (_layout_secret_env, "planner.PlanError"),
+    # the same for every layout, by name (the unit preview reads the inputs once)
+    "sglang_layouts_secret_env": ("planner.layouts_secret_env", "planner.PlanError"),
     # a digest of the planner's inputs: a plan fact made from other inputs is planned again
     "sglang_plan_digest": ("planner.inputs_digest",),
     # the plan as text lines (layout, GPUs, GiB/GPU, budget, KV tokens, verdict, reason)

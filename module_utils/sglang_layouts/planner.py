@@ -641,6 +641,16 @@ def layout_secret_env(inputs: dict, name: str, extra_env: dict | None = None) ->
     return {k: v for k, v in env.items() if is_secret(k, secret_env, v) and v != MASK}
 
 
+def layouts_secret_env(inputs: dict, extra_env: dict | None = None) -> dict[str, dict[str, str]]:
+    """layout_secret_env of every layout at once, by name: a preview of many units reads the inputs
+    once, not once per unit."""
+    return {
+        str(lay.get("name")): layout_secret_env(inputs, str(lay.get("name")), extra_env)
+        for lay in (inputs or {}).get("layouts") or []
+        if isinstance(lay, dict) and lay.get("name")
+    }
+
+
 def layout_plan(plan: dict, name: str) -> dict:
     for entry in plan["layouts"]:
         if entry["name"] == name:
