@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -111,7 +112,7 @@ _LAST_STDOUT = [""]
 def slowest_tasks(stdout: str, n: int = 4) -> list[str]:
     """The task recap of profile_tasks (where installed): where the playbook's time went."""
     lines = stdout.split("TASKS RECAP", 1)[-1].splitlines() if "TASKS RECAP" in stdout else []
-    return [line.strip() for line in lines if line.rstrip().endswith("s") and " --- " in line][:n]
+    return [line.strip() for line in lines if re.search(r" -+ [0-9.]+s$", line.rstrip())][:n]
 
 
 def two_hundred() -> list[dict]:
