@@ -139,7 +139,7 @@ gpu-sweep: $(if $(filter $(VENV)/%,$(GPU_ANSIBLE)),$(STAMP)) ## on a GPU host: r
 bench-predict: $(STAMP) ## predicted vs measured speed for every real measurement the repo holds (speed.py)
 	$(PY) benchmarks/bench_predict.py
 
-bench-plan: $(STAMP) ## time plan.yml over 10 layouts
+bench-plan: $(STAMP) ## time a layout search (8 GPUs x 2 nodes, 4 knobs), plan.yml over 200 layouts and over 10
 	$(PY) benchmarks/bench_plan.py
 
 bench-sim: $(STAMP) ## does the simulator keep its schedule at 64 streams x 100 tok/s?

@@ -89,6 +89,8 @@ _FACES = {
     # one layout of a plan document, or an error naming the known layouts
     "sglang_layout_plan": ("planner.layout_plan", "planner.PlanError"),
     "sglang_layout_secret_env": (_layout_secret_env, "planner.PlanError"),
+    # the same for every layout, by name (the unit preview reads the inputs once)
+    "sglang_layouts_secret_env": ("planner.layouts_secret_env", "planner.PlanError"),
     # a digest of the planner's inputs: a plan fact made from other inputs is planned again
     "sglang_plan_digest": ("planner.inputs_digest",),
     # whether a plan fact was made from these inputs (the roles then skip sglang_plan altogether)
@@ -113,6 +115,8 @@ _FACES = {
     "sglang_wheel_pins": ("wheels.wheel_pins", "wheels.WheelError"),
     "sglang_drop_pins": ("wheels.drop_pins", "wheels.WheelError"),
     "sglang_bench_rate_label": (_rate_label, "bench_common.BenchError"),
+    # the layout search after each measured layout: refit, re-rank, next candidate or stop
+    "sglang_search_step": ("search_calibrate.sweep_step", "planner.PlanError"),
 }
 
 

@@ -390,6 +390,44 @@ CASES = [
         "error",
         ["sglang_host is 0.0.0.0", "sglang_api_key"],
     ),
+    # --- the layout search (sglang_layout_search, issue 26): refused before anything is planned
+    Case(
+        "search-unknown-objective",
+        "sglang_layout_search with an objective that does not exist",
+        {"sglang_layout_search": {"objective": "fastest"}},
+        "error",
+        ["sglang_layout_search.objective 'fastest' does not exist", "single, peak, goodput, cost_per_mtok"],
+    ),
+    Case(
+        "search-unknown-knob",
+        "sglang_layout_search with a knob the pinned SGLang's flag table lacks",
+        {"sglang_layout_search": {"knobs": {"kv_cache_dtyp": ["fp8_e4m3"]}}},
+        "error",
+        [
+            "sglang_layout_search.knobs.kv_cache_dtyp",
+            "no flag --kv-cache-dtyp",
+            "did you mean --kv-cache-dtype",
+        ],
+    ),
+    Case(
+        "search-no-valid-layout",
+        "sglang_layout_search whose range yields no valid layout (Kimi K2.6 on one GPU)",
+        {
+            "sglang_layout_search": {
+                "gpus": 1,
+                "vary": {"tp": [1], "pp": [1], "dp": [1], "ep": [1], "nnodes": [1]},
+            }
+        },
+        "error",
+        ["yields no valid layout", "1 does_not_fit", "CUDA runs out of memory while loading the weights"],
+    ),
+    Case(
+        "search-budget-zero",
+        "sglang_layout_search with a measurement budget below 1",
+        {"sglang_layout_search": {"budget": 0}},
+        "error",
+        ["sglang_layout_search.budget must be at least 1"],
+    ),
 ]
 
 # --- issue 30: values that walked around the checks, given another way
@@ -1411,6 +1449,7 @@ def planner_inputs(variables: dict, repo) -> dict:
         "host": hosts[0],
         "model": model,
         "layouts": variables.get("sglang_layouts", [LAYOUT]),
+        "search": variables.get("sglang_layout_search"),
         "service_env": variables.get("sglang_service_extra_env", {}),
         "hardware": {
             "gpu_count": variables.get("gpu_count", 8),

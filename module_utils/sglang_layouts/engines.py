@@ -255,8 +255,23 @@ def _load_table(path: str) -> dict:
     return table
 
 
+_INDEX: dict[int, tuple[dict, dict[str, str]]] = {}
+
+
 def flag_index(table: dict) -> dict[str, str]:
-    """Every spelling (incl. aliases) in a flag table -> canonical flag."""
+    """Every spelling (incl. aliases) in a flag table -> canonical flag (once per loaded table: the
+    search plans thousands of layouts against one)."""
+    hit = _INDEX.get(id(table))
+    if hit is not None and hit[0] is table:
+        return hit[1]
+    index = _build_index(table)
+    if len(_INDEX) > 16:
+        _INDEX.clear()
+    _INDEX[id(table)] = (table, index)
+    return index
+
+
+def _build_index(table: dict) -> dict[str, str]:
     index = {}
     for flag, meta in table["flags"].items():
         index[flag] = flag

@@ -2,8 +2,10 @@
 
 A layout name becomes a results file name (results/<run>/<host>/<name>.json), a unit name (slugged) and
 a word in a unit's Description=, and `-e layout=<name>` selects it in stop.yml. So it is what the
-result store accepts (letters, digits, '_', '-', '.', '@', '+', at most 128 characters, starting with
-a letter or digit), and it is none of the words the tools give a meaning of their own.
+result store accepts (letters, digits, '_', '-', '.', '@', '+', '=', at most 128 characters, starting
+with a letter or digit), and it is none of the words the tools give a meaning of their own. '=' is
+there for the search's generated names (auto-8x1x1-kv_cache_dtype=fp8_e4m3, search.py): `-e
+layout=<name>` splits at the first '=' only, and a unit name turns it into '-'.
 Standard library only (and model.py's kind_of).
 """
 
@@ -13,9 +15,9 @@ import re
 
 from .model import kind_of
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+=-]{0,127}$")
 NAME_RULE = (
-    "letters, digits, '_', '-', '.', '@', '+', starting with a letter or digit, at most 128 characters"
+    "letters, digits, '_', '-', '.', '@', '+', '=', starting with a letter or digit, at most 128 characters"
 )
 # Words a tool reads as something else: `-e layout=all` (stop.yml, the sweep) means every layout,
 # `latest` is the results folder's link to the newest run.
@@ -37,7 +39,7 @@ def layout_name_problem(name) -> str | None:
     if len(name) > 128:
         return f"is {len(name)} characters long; at most 128"
     if not NAME.match(name):
-        bad = sorted({c for c in name if not re.match(r"[A-Za-z0-9_.@+-]", c)})
+        bad = sorted({c for c in name if not re.match(r"[A-Za-z0-9_.@+=-]", c)})
         if not bad:
             return f"must start with a letter or digit; use {NAME_RULE}"
         shown = " ".join(repr(c) for c in bad[:5])
@@ -47,7 +49,7 @@ def layout_name_problem(name) -> str | None:
 
 def suggest(name: str) -> str:
     """A name that passes the rule, close to the one given."""
-    out = re.sub(r"[^A-Za-z0-9_.@+-]+", "-", str(name)).strip("-._@+")[:128]
+    out = re.sub(r"[^A-Za-z0-9_.@+=-]+", "-", str(name)).strip("-._@+=")[:128]
     if out in RESERVED:
         out = f"{out}-1"
     return out or "tp8"

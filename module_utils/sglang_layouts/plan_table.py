@@ -119,4 +119,73 @@ def plan_table(plan: dict) -> list[str]:
             out.append(f"  {e['verdict']}: {reason}")
         for note in e["notes"]:
             out.append(f"  note: {note}")
+    if plan.get("search"):
+        out += search_table(plan["search"])
+    return out
+
+
+SEARCH_COLUMNS = (
+    "rank",
+    "layout",
+    "GPUs",
+    "weights GiB/GPU",
+    "KV tokens",
+    "single tok/s*",
+    "peak tok/s*",
+    "objective*",
+    "",
+)
+# Rows of the console table; the plan JSON holds every ranked candidate.
+SEARCH_ROWS = 20
+
+
+def search_table(section: dict, rows: int = SEARCH_ROWS) -> list[str]:
+    """The search's ranking (sglang_layout_search): the first rows, every hand-written layout, the
+    dropped counts by reason."""
+    ranked = section["ranked"]
+    shown = [e for e in ranked if e["rank"] <= rows or e.get("named")]
+    shortlist = set(section.get("shortlist") or [])
+    table = [
+        (
+            e["rank"],
+            e["name"],
+            e["gpus_used"],
+            _fmt(e["memory"].get("weights_gib_per_gpu")),
+            _fmt(e["memory"].get("kv_tokens_total")),
+            _fmt((e.get("speed") or {}).get("single_tok_s")),
+            _peak(e.get("speed")),
+            _fmt(e.get("value")),
+            "hand-written" if e.get("named") else ("measure" if e["name"] in shortlist else ""),
+        )
+        for e in shown
+    ]
+    widths = [max(len(str(r[i])) for r in [SEARCH_COLUMNS, *table]) for i in range(len(SEARCH_COLUMNS))]
+    line = "  ".join(
+        f"{{:{'>' if i in (0, 2, 3, 4, 5, 6, 7) else '<'}{w}}}" for i, w in enumerate(widths)
+    ).rstrip()
+    dropped = section["dropped"]
+    out = [
+        "",
+        f"search: {section['candidates']} candidates, {len(ranked)} ranked by {section['objective']} "
+        f"({section['objective_text']}); the sweep measures up to {section['budget']} (top_k {section['top_k']})",
+        line.format(*SEARCH_COLUMNS),
+        *(line.format(*r).rstrip() for r in table),
+    ]
+    if len(shown) < len(ranked):
+        out.append(
+            f"  ... {len(ranked) - len(shown)} more ranked candidates in the plan JSON (search.ranked)"
+        )
+    if section.get("named_unranked"):
+        out.append(
+            "  hand-written, not ranked: "
+            + ", ".join(f"{n} ({v})" for n, v in section["named_unranked"].items())
+        )
+    out.append(
+        "  dropped: " + ", ".join(f"{n} {k} ({section['dropped_text'][k]})" for k, n in dropped.items() if n)
+        if any(dropped.values())
+        else "  dropped: none"
+    )
+    out.append(
+        "  * predicted by speed.py at the inventory's benchmark; KV tokens: all DP groups and replicas"
+    )
     return out

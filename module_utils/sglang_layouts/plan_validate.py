@@ -44,7 +44,9 @@ def check_inputs(inputs) -> None:
             "sglang_layouts is a string, not a list: on the command line give it as JSON, "
             """e.g. -e '{"sglang_layouts": [{"name": "tp8", "tp": 8}]}' (key=value makes a string)."""
         )
-    if not isinstance(layouts, list) or not layouts:
+    if layouts in (None, []) and inputs.get("search") is not None:
+        layouts = inputs["layouts"] = []  # sglang_layout_search alone: the search makes the layouts
+    elif not isinstance(layouts, list) or not layouts:
         raise PlanError("sglang_layouts must be a non-empty list of layouts, e.g. [{name: tp8, tp: 8}]")
     for i, layout in enumerate(layouts, 1):
         if not isinstance(layout, dict):

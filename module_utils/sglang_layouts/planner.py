@@ -510,8 +510,20 @@ def plan_host(inputs: dict) -> dict:
     if sglang_version in ("", "None"):
         sglang_version = None
     sglang_table = sglang_flags(sglang_version)
+    search = None
+    if inputs.get("search") is not None:
+        # sglang_layout_search: the candidates worth measuring join the layouts (search.py)
+        from .search import run as run_search
+        from .search import shortlist_marks
+
+        search, shortlisted = run_search(
+            inputs["search"], layouts, spec, hardware, serving, cluster, sglang_version, inputs.get("bench")
+        )
+        layouts = [*layouts, *shortlisted]
     plans = [plan_layout(layout, spec, hardware, serving, cluster, sglang_version) for layout in layouts]
     speed_note = _add_speed(plans, hardware, inputs.get("bench"))
+    if search is not None:
+        shortlist_marks(plans, search)
     _unit_collisions(plans)
     _conflicts(plans, inputs.get("host"))
     _port_collisions(plans, inputs.get("host"))
@@ -533,6 +545,7 @@ def plan_host(inputs: dict) -> dict:
         "serving": {k: v for k, v in serving.items() if k != "api_key_set"},
         "layouts": plans,
         "speed_note": speed_note,
+        **({"search": search} if search is not None else {}),
     }
 
 
@@ -638,6 +651,16 @@ def layout_secret_env(inputs: dict, name: str, extra_env: dict | None = None) ->
         if isinstance(layout, dict) and layout.get("name") == name:
             env.update(check_env(layout.get("env"), f"layout {name}:"))
     return {k: v for k, v in env.items() if is_secret(k, secret_env, v) and v != MASK}
+
+
+def layouts_secret_env(inputs: dict, extra_env: dict | None = None) -> dict[str, dict[str, str]]:
+    """layout_secret_env of every layout at once, by name: a preview of many units reads the inputs
+    once, not once per unit."""
+    return {
+        str(lay.get("name")): layout_secret_env(inputs, str(lay.get("name")), extra_env)
+        for lay in (inputs or {}).get("layouts") or []
+        if isinstance(lay, dict) and lay.get("name")
+    }
 
 
 def layout_plan(plan: dict, name: str) -> dict:

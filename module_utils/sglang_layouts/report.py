@@ -649,6 +649,9 @@ def build_report(results_dir, run_id=None, plots=True, reference_path=None):
             ref_doc = json.load(f)
         reference = {**ref_doc, "rows": speed_check.reference_rows(ref_doc, records)}
     markdown = to_markdown(run_id, table, win, pngs, reference)
+    search = search_sections(records, outdir)
+    if search:
+        markdown = markdown.rstrip("\n") + "\n\n" + "\n".join(search_markdown(search)) + "\n"
     if skipped:
         markdown = markdown.rstrip("\n") + f"\n\n{skipped}\n"
     write_atomic(os.path.join(outdir, "REPORT.md"), markdown)
@@ -663,6 +666,7 @@ def build_report(results_dir, run_id=None, plots=True, reference_path=None):
         "rows": table,
         "reference_rows": (reference or {}).get("rows") or [],
         "formulas": _results.FORMULAS,
+        **({"search": search} if search else {}),
     }
     write_atomic(os.path.join(outdir, "summary.json"), json.dumps(doc, indent=2, sort_keys=True) + "\n")
     return {
@@ -675,7 +679,76 @@ def build_report(results_dir, run_id=None, plots=True, reference_path=None):
         # layouts with figures (ok or degraded): a sweep that measured none exits non-zero
         "measured": sum(1 for r in table if r["status_code"] in ("ok", "degraded")),
         "plots_skipped": skipped,
+        **({"search": search} if search else {}),
     }
+
+
+def search_sections(records, outdir):
+    """The layout search of the run (search_calibrate.report_section): the first searched host's
+    section, every host's under `hosts`, with why each host's search stopped (search-<host>.json)."""
+    from .search_calibrate import report_section
+
+    hosts = {}
+    for host in sorted({r["host"] for r in records}):
+        step_file = os.path.join(outdir, f"search-{host}.json")
+        last = {}
+        if os.path.isfile(step_file):
+            with open(step_file, encoding="utf-8") as f:
+                last = json.load(f)
+        section = report_section([r for r in records if r["host"] == host], last.get("objective"))
+        if section is None:
+            continue
+        section["stopped"] = last.get("why") if last.get("stop") else None
+        # the inventory's own layouts were ranked too: their places from the last step's ranking
+        places = {name: (before, after) for name, before, after in last.get("ranking") or []}
+        for row in section["rows"]:
+            if row["rank_predicted"] is None and row["layout"] in places:
+                row["rank_predicted"], row["rank_after_calibration"] = places[row["layout"]]
+        section["beyond_shortlist"] = last.get("beyond_shortlist") or []
+        hosts[host] = section
+    if not hosts:
+        return None
+    first = hosts[next(iter(hosts))]
+    return {**first, "host": next(iter(hosts)), "hosts": hosts}
+
+
+def search_markdown(search):
+    out = ["## Layout search", ""]
+    for host, sec in search["hosts"].items():
+        cal = sec["calibration"]
+        out += [
+            f"{host}: objective {sec['objective']}; Kendall tau {_fmt(sec['kendall_tau'])} before calibration, "
+            f"{_fmt(sec['kendall_tau_after_calibration'])} after; predicted best {sec['predicted_best']}, measured best "
+            f"{sec['measured_best']} ({'the same' if sec['predicted_best_was_best'] else 'not the same'}).",
+            "",
+            "| layout | chosen by | rank predicted | rank after calibration | predicted | predicted after calibration | measured |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for r in sec["rows"]:
+            out.append(
+                f"| {r['layout']} | {'inventory' if r['named'] else 'search'} | {_fmt(r['rank_predicted'])} | "
+                f"{_fmt(r['rank_after_calibration'])} | {_fmt(r['predicted'])} | {_fmt(r['predicted_after_calibration'])} | "
+                f"{_fmt(r['measured'])} |"
+            )
+        scales = ", ".join(f"{k} x{v:g}" for k, v in cal["scales"].items())
+        out += [
+            "",
+            f"Calibration ({cal['points']} measured points of {', '.join(cal['layouts'])}): {scales}; "
+            f"model error {_pct(cal['error_before'])} before, {_pct(cal['error_after'])} after the refit.",
+        ]
+        if sec.get("stopped"):
+            out.append(f"The search stopped: {sec['stopped']}.")
+        if sec.get("beyond_shortlist"):
+            out.append(
+                "Predicted after calibration to beat the best measured, outside the shortlist (raise top_k or budget): "
+                + ", ".join(sec["beyond_shortlist"])
+            )
+        out.append("")
+    return out
+
+
+def _pct(x):
+    return "-" if x is None else f"{100 * x:.1f}%"
 
 
 def main(argv=None):

@@ -252,6 +252,8 @@ def build_record(
         "timing": timing or None,
         "formulas": FORMULAS,
         "extra": extra or {},
+        # a layout the search chose: its predicted rank before and after calibration (search_calibrate.py)
+        "search": plan.get("search"),
     }
 
 

@@ -114,6 +114,57 @@ def c(name: str) -> float:
     return CONSTANTS[name][0]
 
 
+class overrides:
+    """`with overrides({"eta_weights": 0.7}):` predicts with other values of some constants (the
+    search's calibration for one host, search_calibrate.py); the table is restored on exit."""
+
+    def __init__(self, values: dict[str, float] | None):
+        unknown = sorted(set(values or {}) - set(CONSTANTS))
+        if unknown:
+            raise ValueError(f"not constants of speed.py: {', '.join(unknown)}")
+        self.values = dict(values or {})
+        self.saved: dict = {}
+
+    def __enter__(self):
+        for name, value in self.values.items():
+            self.saved[name] = CONSTANTS[name]
+            CONSTANTS[name] = (float(value), "FIT", f"calibrated from measurements ({CONSTANTS[name][2]})")
+        return self
+
+    def __exit__(self, *exc):
+        CONSTANTS.update(self.saved)
+        return False
+
+
+# The flags SpeedModel reads from a layout's argv: layouts equal in these, their cost, KV capacity
+# and weights kind get the same prediction (prediction_key).
+READ_FLAGS = (
+    "--disable-cuda-graph",
+    "--disable-overlap-schedule",
+    "--disable-custom-all-reduce",
+    "--max-running-requests",
+    "--chunked-prefill-size",
+)
+
+
+def prediction_key(layout_plan: dict, hardware: dict, bench: dict | None) -> str:
+    """Everything predict() reads of a layout, its host and the workload, as one string."""
+    argv = [str(a) for a in (layout_plan.get("argv") or [])]
+    return json.dumps(
+        [
+            layout_plan.get("cost"),
+            layout_plan.get("kv_tokens"),
+            bool(layout_plan.get("dummy_weights")),
+            [_flag(argv, f) for f in READ_FLAGS],
+            hardware,
+            bench,
+            {k: v[0] for k, v in CONSTANTS.items()},
+        ],
+        sort_keys=True,
+        default=str,
+    )
+
+
 def _flag(argv: list, name: str) -> str | None:
     """The value of --name in argv ('' for a bare switch), None when absent."""
     for i, a in enumerate(argv):
