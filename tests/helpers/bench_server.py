@@ -34,6 +34,7 @@ class FakeState:
         compile_s=0.0,
         compiled=(1,),
         stall_rids=(),
+        dead_after=0,
     ):
         self.step_s = step_s
         self.first_s = first_s
@@ -47,6 +48,9 @@ class FakeState:
         self.compile_s = compile_s
         self.compiled = set(compiled)  # batch sizes already compiled (1: the server's own start-up warm-up)
         self.stall_rids = tuple(stall_rids)
+        # after this many generation requests the engine is gone: every later request, /health
+        # included, answers 503 (a crash at the first prefill answers nothing useful either)
+        self.dead_after = dead_after
         self.pause_until = 0.0  # monotonic time before which no stream sends a token
         self.pauses = []  # {"at", "seconds", "batch", "rid"} for each stall the server made
         self.lock = threading.Lock()
@@ -64,8 +68,13 @@ def make_handler(state: FakeState):
         protocol_version = "HTTP/1.1" if state.chunked else "HTTP/1.0"
         disable_nagle_algorithm = True
 
+        def _dead(self):
+            return bool(state.dead_after) and state.count >= state.dead_after
+
         def do_GET(self):
-            if self.path == "/health":
+            if self._dead():
+                self._json(503, {"error": "the engine is gone"})
+            elif self.path == "/health":
                 self._json(200, {})
             elif self.path == "/server_info":
                 info = {"version": "fake-1", "max_total_num_tokens": 1000, "max_running_requests": 48}
@@ -101,6 +110,9 @@ def make_handler(state: FakeState):
                 with state.lock:
                     state.flushes += 1
                 self._json(200, {"msg": "Cache flushed."})
+                return
+            if self._dead():
+                self._json(503, {"error": "the engine is gone"})
                 return
             with state.lock:
                 state.count += 1

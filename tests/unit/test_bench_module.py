@@ -85,6 +85,17 @@ def test_unreachable_server_fails_with_a_class(tmp_path):
     assert res["failed"] and res["failure_class"] == "bench_unreachable" and "not reachable" in res["msg"]
 
 
+def test_a_server_that_dies_before_any_answer_is_a_death_not_all_failed(tmp_path):
+    # the H200's Kimi rank shard: its first prefill (the warm-up) killed the engine, so no request
+    # ever completed; the role's server-died path must get the summary, then the check's class
+    with FakeServer(dead_after=1) as srv:
+        res = run_module(tmp_path, "sglang_bench", {"url": srv.url, "concurrency": [1, 4]})
+    assert not res.get("failed"), res
+    b = res["ansible_facts"]["sglang_bench"]
+    assert [lv["concurrency"] for lv in b["levels"]] == [1]  # stopped where it died
+    assert b["summary"]["completed"] == 0 and b["summary"]["server_died"]["concurrency"] == 1
+
+
 def test_result_module_stores_queries_and_never_overwrites(tmp_path):
     rd = str(tmp_path / "results")
     base = {"results_dir": rd, "run_id": "r1", "host": "h", "layout": "tp8"}

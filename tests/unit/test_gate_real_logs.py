@@ -229,6 +229,24 @@ def test_check_alive_after_a_requested_stop_is_healthy(tmp_path):
     assert exc.value.failure_class == "rank_died"
 
 
+def test_check_alive_names_the_exception_while_the_launcher_still_sleeps(tmp_path):
+    # H200 2026-12-04: a Kimi K2.6 TP8 rank served as TP1 died at its first prefill, after ready;
+    # SGLang sleeps 5 s "before crash diagnostics", so the check after the benchmark finds the
+    # launcher alive: the class and the line come from the traceback's final exception.
+    log = tmp_path / "engine.log"
+    lines = _lines("fail-cublas-at-first-prefill.kimi-k2.6-tp8-rank.log")
+    sigquit = next(i for i, ln in enumerate(lines) if "SIGQUIT received" in ln)
+    log.write_text("\n".join(lines[: sigquit + 2]) + "\n")
+
+    def sleeping():
+        return health.ProcState(alive=True, started_at=None)
+
+    with pytest.raises(health.HealthFailure) as exc:
+        health.check_alive(health.FileFollower(str(log), 0), sleeping, settle=0)
+    assert exc.value.failure_class == "crashed"
+    assert exc.value.evidence["line"].startswith("RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED")
+
+
 @pytest.mark.parametrize(
     ("name", "cls"),
     [("qwen3-30b-a3b.log", None), ("fail-oom-at-load.kimi-k2.6-cut18.log", "cuda_oom")],
