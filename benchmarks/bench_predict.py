@@ -5,11 +5,13 @@ Groups:
             single = one request (~300 tokens of context), peak = 64 running requests at 2k context, decode only
   h200      every ok record with concurrency levels under benchmarks/results/ (the model from models/<name>,
             the server's own argv, the bench's request lengths replayed through speed.simulate)
-  h200-eager  the same for records served without CUDA graphs (host-bound; tau_cpu_eager is a prior)
+  h200-eager  the same for records served without CUDA graphs (host-bound)
+  h200-pins every level of the records that pinned a constant (benchmarks/pin_constants.py): shown, not
+            checked (a constant fitted to a figure cannot then be checked against it)
   published figures for other boxes, with their source URL
 
 Per group: median absolute error, the worst, and Kendall tau between predicted and measured order.
-No constant of speed.py was fitted to any figure printed here.
+No constant of speed.py was fitted to any figure printed outside the group h200-pins.
 
     .venv/bin/python benchmarks/bench_predict.py [--json]
 """
@@ -106,8 +108,16 @@ def _lengths(cfg, key, n, rng):
     return [length] * n
 
 
+def pinning_figures() -> set[str]:
+    """The figures that pinned a constant of speed.py: a record (every level) or record@concurrency."""
+    with open(speed.MEASURED_DATA, encoding="utf-8") as f:
+        entries = (json.load(f).get("constants") or {}).values()
+    return {fig for e in entries for fig in e.get("figures") or []}
+
+
 def h200_rows():
     out = []
+    pins = pinning_figures()
     for path in sorted(
         glob.glob(os.path.join(REPO, "benchmarks", "results", "**", "*.json"), recursive=True)
     ):
@@ -163,7 +173,9 @@ def h200_rows():
             ds = (cfg.get("dataset") or {}).get("name")
             what = f"{name} {rec['layout']} c{conc}" + (f" ({ds}, {n} prompts)" if ds else "")
             r = row("h200", what, lv["output_tok_s"], pred["output_tok_s"], rel)
-            if not m.cuda_graph:
+            if rel in pins or f"{rel}@{conc}" in pins:
+                r["group"] = "h200-pins"
+            elif not m.cuda_graph:
                 r["group"] = "h200-eager"
             out.append(r)
     for name, fmt, in_len, out_len, figures, source in H200_TABLE:

@@ -33,7 +33,8 @@ CONSTANTS: dict[str, tuple[float, str, str]] = {
     "eta_kv": (0.5, "OPEN", "triton decode attention; prior band 0.3-0.7, pinned by M6"),
     "tau_kernel_us": (2.5, "OPEN", "floor of one kernel node in a CUDA graph; prior, pinned by M3"),
     "t_fixed_ms": (0.125, "OPEN", "sampling, final norm, graph replay per step; prior, pinned by M3"),
-    "tau_cpu_eager_us": (16.0, "OPEN", "host launch per kernel without CUDA graphs (15-18 us); pinned by M4"),
+    "tau_cpu_eager_us": (16.0, "OPEN", "host time per kernel of a decode step without CUDA graphs; pinned by M4"),
+    "tau_cpu_prefill_us": (16.0, "OPEN", "host launch per kernel of a prefill forward (never graphed; 15-18 us)"),
     "tau_nccl_eager_us": (
         36.2,
         "MEAS",
@@ -42,12 +43,15 @@ CONSTANTS: dict[str, tuple[float, str, str]] = {
     "t_cpu_sched_ms": (
         1.5,
         "OPEN",
-        "scheduler CPU exposed per step without the overlap scheduler; pinned by M5",
+        "scheduler CPU exposed per step without the overlap scheduler, at batch 0; pinned by M5",
     ),
+    "t_cpu_sched_per_req_us": (0.0, "OPEN", "the same, per running request of the batch; pinned by M5"),
+    "t_request_ms": (0.0, "OPEN", "HTTP, tokenizer and detokenizer latency of one request; pinned by M7"),
     "t_hop_ms": (0.15, "OPEN", "PP hop: NCCL p2p + gloo metadata; pinned by M8 and a 2-GPU run"),
     "eta_f_bf16": (0.6, "OPEN", "prefill GEMM efficiency, bf16; pinned by M7"),
     "eta_f_fp8": (0.5, "OPEN", "prefill GEMM efficiency, fp8 block-scaled; pinned by M7"),
     "eta_f_int4": (0.3, "OPEN", "prefill efficiency of Marlin W4A16 (bf16 tensor cores); pinned by M7"),
+    "eta_f_attn_triton": (0.6, "OPEN", "prefill attention FLOP efficiency of the triton backend; pinned by M7"),
     "q_extra_fp8_us": (0.0, "OPEN", "extra per-layer latency of fp8 block-scaled GEMMs at M=1; pinned by M3"),
     "marlin_block_m": (8, "SRC", "sglang fused_marlin_moe block_size_m for small batches"),
     "triton_moe_block_m": (16, "OPEN", "fused_moe triton BLOCK_SIZE_M at small M (tuned configs)"),
@@ -144,6 +148,7 @@ READ_FLAGS = (
     "--disable-custom-all-reduce",
     "--max-running-requests",
     "--chunked-prefill-size",
+    "--attention-backend",
 )
 
 
@@ -193,6 +198,7 @@ class SpeedModel:
         self.cuda_graph = _flag(argv, "--disable-cuda-graph") is None
         self.overlap = _flag(argv, "--disable-overlap-schedule") is None and self.pp == 1
         self.custom_ar = _flag(argv, "--disable-custom-all-reduce") is None
+        self.attention_backend = _flag(argv, "--attention-backend")
         mrr = _flag(argv, "--max-running-requests")
         self.max_running = int(mrr) if mrr else None
         cps = _flag(argv, "--chunked-prefill-size")
@@ -290,8 +296,12 @@ class SpeedModel:
             return 0.5 + 2.5 / group
         return 2.0
 
-    def stage_terms(self, st: dict, tokens: int, kv_tokens: float, prefill: bool = False) -> dict:
-        """Seconds by term for one stage processing `tokens` tokens (one per request in decode)."""
+    def stage_terms(
+        self, st: dict, tokens: int, kv_tokens: float, prefill: bool = False, attn_span: float | None = None
+    ) -> dict:
+        """Seconds by term for one stage processing `tokens` tokens (one per request in decode).
+        In prefill each token attends `attn_span` tokens on average (default: half the chunk plus the
+        `kv_tokens` of context before it, one request)."""
         layers = int(st.get("layers", 0))
         dense = float(st.get("dense_bytes", 0))
         lm_head = float(st.get("lm_head_bytes", 0))
@@ -312,8 +322,10 @@ class SpeedModel:
         attn_flops = 0.0
         if prefill and self.attn_dim:
             # causal: each token attends to half the chunk on average, plus the context before it
-            attn_flops = 4 * tokens * (tokens / 2 + kv_tokens) * self.attn_dim / self.attn_tp * layers
-        compute = dense_flops / (eta_d * f_d) + routed_flops / (eta_r * f_r) + attn_flops / (eta_d * f_d)
+            span = tokens / 2 + kv_tokens if attn_span is None else attn_span
+            attn_flops = 4 * tokens * span * self.attn_dim / self.attn_tp * layers
+        eta_a = c("eta_f_attn_triton") if self.attention_backend == "triton" else eta_d
+        compute = dense_flops / (eta_d * f_d) + routed_flops / (eta_r * f_r) + attn_flops / (eta_a * f_d)
         kv = 0.0 if prefill else self._kv_read_bytes(layers, tokens, kv_tokens) / (c("eta_kv") * self.bw)
         floors = layers * self.k_layer * c("tau_kernel_us") * 1e-6
         if self.quant == "fp8_block":
@@ -351,10 +363,14 @@ class SpeedModel:
         cap = max(1, (self.max_running or 4096) // self.pp)
         return max(1, min(batch, cap))
 
+    def sched_cpu_s(self, batch: int) -> float:
+        """Scheduler CPU of one step (or PP micro-batch) of `batch` requests, when it is not hidden."""
+        return c("t_cpu_sched_ms") * 1e-3 + batch * c("t_cpu_sched_per_req_us") * 1e-6
+
     def decode_terms(self, batch: int, kv_tokens_in_use: float = 0.0) -> dict:
         """Seconds per decode step (each running request gets one token) and its terms."""
         batch = max(1, int(batch))
-        t_cpu = c("t_cpu_sched_ms") * 1e-3
+        t_cpu = self.sched_cpu_s(batch if self.pp == 1 else self.micro_batch(batch))
         t_hop = c("t_hop_ms") * 1e-3
         t_fixed = c("t_fixed_ms") * 1e-3
         if self.pp == 1:
@@ -396,14 +412,19 @@ class SpeedModel:
     def prefill(self, new_tokens: int, batch: int = 1) -> float:
         """Seconds to prefill `new_tokens` prompt tokens of `batch` requests, chunk by chunk."""
         left, done, t = max(1, int(new_tokens)), 0, 0.0
+        per_request = max(1, int(new_tokens)) / max(1, int(batch))
+        # prefill runs without a CUDA graph: every kernel is launched from the host (slower still
+        # when the server runs without graphs at all: the eager decode path's host cost)
+        tau_host = c("tau_cpu_prefill_us") if self.cuda_graph else c("tau_cpu_eager_us")
         while left > 0:
             n = min(left, self.chunk)
+            # several requests in one chunk: each token attends half of its own prompt
+            span = None if batch <= 1 else min(n, per_request) / 2
             for st in self.stages:
-                terms = self.stage_terms(st, n, done, prefill=True)
+                terms = self.stage_terms(st, n, done, prefill=True, attn_span=span)
                 gpu = max(terms["memory"], terms["compute"]) + terms["collective"]
                 kernels = int(st.get("layers", 0)) * self.k_layer
-                # prefill runs without a CUDA graph: every kernel is launched from the host
-                t += max(gpu, kernels * c("tau_cpu_eager_us") * 1e-6)
+                t += max(gpu, kernels * tau_host * 1e-6)
             t += (self.pp - 1) * c("t_hop_ms") * 1e-3 + c("t_fixed_ms") * 1e-3
             done = done + n if batch <= 1 else done
             left -= n
@@ -426,6 +447,7 @@ class SpeedModel:
             per_req = max(i + o for i, o in queue) if queue else 1
             limit = max(1, min(limit, int(kv_tokens) // max(1, per_req)))
         t, tokens, ttfts, itls, running = 0.0, 0, [], [], []  # running: [prompt, done, wanted]
+        t_request = c("t_request_ms") * 1e-3
         while queue or running:
             if queue and len(running) < limit:
                 new, budget = [], 16384
@@ -433,6 +455,10 @@ class SpeedModel:
                     i, o = queue.pop(0)
                     budget -= i
                     new.append([i, 1, o])
+                if not running:
+                    # an idle GPU waits while the requests cross HTTP and the tokenizer (behind a
+                    # running batch that latency is hidden by its decode steps)
+                    t += t_request
                 t += self.prefill(sum(r[0] for r in new), len(new))
                 ttfts += [t] * len(new)
                 tokens += len(new)
