@@ -74,7 +74,12 @@ def causes(rec: dict) -> list[str]:
         out.append("CUDA graphs off in the server's arguments: every kernel is launched from the host")
     if args.get("disable_overlap_schedule") or "--disable-overlap-schedule" in argv:
         out.append("overlap scheduler off in the server's arguments")
-    nccl = sorted(k for k in (rec.get("env") or {}) if k.startswith(NCCL_PREFIX))
+    par = (rec.get("prediction") or {}).get("parallel") or {}
+    ranks = 1
+    for key in ("tp", "pp", "dp", "ep"):
+        ranks = max(ranks, int(par.get(key) or 1))
+    # NCCL settings matter only where the layout has collectives (one GPU has none)
+    nccl = sorted(k for k in (rec.get("env") or {}) if k.startswith(NCCL_PREFIX)) if ranks > 1 else []
     if nccl:
         out.append(
             "NCCL settings in the unit's environment: " + ", ".join(f"{k}={rec['env'][k]}" for k in nccl)
@@ -82,7 +87,6 @@ def causes(rec: dict) -> list[str]:
     backend = args.get("attention_backend")
     if backend:
         out.append(f"attention backend {backend}")
-    par = (rec.get("prediction") or {}).get("parallel") or {}
     interconnect = (rec.get("gpu") or {}).get("gpu_interconnect")
     if interconnect == "pcie" and int(par.get("tp") or 1) > 2:
         out.append(

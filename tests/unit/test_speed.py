@@ -169,7 +169,7 @@ def _seed_tp8():
 
 
 def test_a_real_row_far_below_its_prediction_is_flagged_with_its_own_evidence():
-    from sglang_layouts import report
+    from sglang_layouts import report, speed_check
 
     tp8 = _seed_tp8()
     pred = tp8["speed"]["by_concurrency"]
@@ -190,6 +190,9 @@ def test_a_real_row_far_below_its_prediction_is_flagged_with_its_own_evidence():
     assert report.rows([fast])[0]["speed_flag"] == "faster_than_model"
     # a simulated row's speed is the model itself: never flagged
     assert report.rows([_record(tp8, [(1, 1.0), (64, 1.0)], simulated=True)])[0]["speed_flag"] is None
+    # one GPU has no collectives: NCCL settings in its environment explain nothing
+    tp1 = {**slow, "prediction": {**slow["prediction"], "parallel": {"tp": 1, "pp": 1}}}
+    assert not any("NCCL" in c_ for c_ in speed_check.causes(tp1))
     md = report.to_markdown("r1", report.rows([slow]), report.winners(report.rows([slow])))
     assert "slower_than_hardware" in md and "predicted peak tok/s" in md
 
