@@ -33,8 +33,16 @@ CONSTANTS: dict[str, tuple[float, str, str]] = {
     "eta_kv": (0.5, "OPEN", "triton decode attention; prior band 0.3-0.7, pinned by M6"),
     "tau_kernel_us": (2.5, "OPEN", "floor of one kernel node in a CUDA graph; prior, pinned by M3"),
     "t_fixed_ms": (0.125, "OPEN", "sampling, final norm, graph replay per step; prior, pinned by M3"),
-    "tau_cpu_eager_us": (16.0, "OPEN", "host time per kernel of a decode step without CUDA graphs; pinned by M4"),
-    "tau_cpu_prefill_us": (16.0, "OPEN", "host launch per kernel of a prefill forward (never graphed; 15-18 us)"),
+    "tau_cpu_eager_us": (
+        16.0,
+        "OPEN",
+        "host time per kernel of a decode step without CUDA graphs; pinned by M4",
+    ),
+    "tau_cpu_prefill_us": (
+        16.0,
+        "OPEN",
+        "host launch per kernel of a prefill forward (never graphed; 15-18 us)",
+    ),
     "tau_nccl_eager_us": (
         36.2,
         "MEAS",
@@ -51,7 +59,11 @@ CONSTANTS: dict[str, tuple[float, str, str]] = {
     "eta_f_bf16": (0.6, "OPEN", "prefill GEMM efficiency, bf16; pinned by M7"),
     "eta_f_fp8": (0.5, "OPEN", "prefill GEMM efficiency, fp8 block-scaled; pinned by M7"),
     "eta_f_int4": (0.3, "OPEN", "prefill efficiency of Marlin W4A16 (bf16 tensor cores); pinned by M7"),
-    "eta_f_attn_triton": (0.6, "OPEN", "prefill attention FLOP efficiency of the triton backend; pinned by M7"),
+    "eta_f_attn_triton": (
+        0.6,
+        "OPEN",
+        "prefill attention FLOP efficiency of the triton backend; pinned by M7",
+    ),
     "q_extra_fp8_us": (0.0, "OPEN", "extra per-layer latency of fp8 block-scaled GEMMs at M=1; pinned by M3"),
     "marlin_block_m": (8, "SRC", "sglang fused_marlin_moe block_size_m for small batches"),
     "triton_moe_block_m": (16, "OPEN", "fused_moe triton BLOCK_SIZE_M at small M (tuned configs)"),
