@@ -43,16 +43,9 @@ BENCH = {
     "sglang_bench_warmup": 1,
     # vLLM has no /flush_cache (docs/vllm.md, HTTP API)
     "sglang_bench_flush_cache": False,
-    # the tiny model's vocabulary: vLLM rejects prompt token ids outside it
-    "sglang_bench_vocab_size": 1024,
+    # no sglang_bench_vocab_size: the role takes the tiny model's vocabulary (1024) from the plan,
+    # and vLLM rejects prompt token ids outside it
 }
-
-
-def _bench_api():
-    """completions once the sglang_bench role passes vocab_size to the module; until then chat,
-    whose prompts are text and so fit any vocabulary (the role then sends token ids up to 32000)."""
-    role = (REPO / "roles" / "sglang_bench" / "tasks" / "main.yml").read_text()
-    return "completions" if "vocab_size" in role else "chat"
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +140,7 @@ def test_vllm_layout_sweep_on_cpu(run_playbook, tmp_path, run_dir, vllm):
     run_id = f"vllm-{uuid.uuid4().hex[:8]}"
     port = free_port()
     inventory = _inventory(tmp_path, vllm["cache"])
-    api = _bench_api()
+    api = "completions"  # token ids, inside the vocabulary the plan gives the role
     extra = {
         **BENCH,
         "sglang_bench_api": api,
