@@ -395,6 +395,13 @@ class Scheduler:
     def kv_in_use(self) -> int:
         return sum(r.prompt_tokens + r.done for r in self.running)
 
+    def step_batch(self) -> tuple[int, int]:
+        """(requests, KV tokens) one decode step costs as: under DP-attention every DP group steps
+        together (the MoE layers gather all groups' tokens), so the step is the batch of all of
+        them, as speed.py predicts it; otherwise this group's own."""
+        peers = self.sim.schedulers if getattr(self.sim.args, "enable_dp_attention", False) else [self]
+        return sum(len(s.running) for s in peers), sum(s.kv_in_use() for s in peers)
+
     def _admit(self) -> list[Req]:
         new: list[Req] = []
         tokens = 0
@@ -454,7 +461,7 @@ class Scheduler:
                 )
             elif self.running:
                 batch = self.running
-                dur = self.cost.decode_step(len(batch), self.kv_in_use())
+                dur = self.cost.decode_step(*self.step_batch())
             else:
                 continue
             t_end = t + dur

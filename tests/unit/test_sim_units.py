@@ -8,7 +8,7 @@ import pytest
 
 from sglang_sim import flags
 from sglang_sim.cost import DEFAULT_GPU_NAME, from_plan
-from sglang_sim.engine import Req, eos_position
+from sglang_sim.engine import Req, Scheduler, eos_position
 from sglang_sim.failures import format_size, oom_figures
 from tests.helpers.demo import SEED_BOX, kimi_plan
 
@@ -248,3 +248,30 @@ def test_prefix_cache_counts_leading_blocks_seen_since_the_last_flush():
     assert pc.hit_rate() == pytest.approx(64 / (3 * 84))
     pc.flush()
     assert pc.hit_rate() == 0.0 and pc.lookup_insert(system) == 0
+
+
+def test_dp_attention_groups_step_at_the_batch_of_all_groups():
+    """speed.py predicts a DP-attention step from the global batch (the MoE gathers every group's
+    tokens); the simulator's groups must cost their steps the same way, or its peak drifts from the
+    plan's (the demo's dp-attention: 812 simulated against 503 predicted)."""
+
+    class Sim:
+        schedulers: list = []
+
+        class args:
+            enable_dp_attention = True
+
+    class Running:
+        def __init__(self, prompt, done):
+            self.prompt_tokens, self.done = prompt, done
+
+    sim = Sim()
+    groups = [
+        Scheduler(sim, dp_rank=d, max_running=8, kv_tokens=10_000, cost=None, log_prefix="") for d in range(2)
+    ]
+    sim.schedulers = groups
+    groups[0].running = [Running(100, 1)] * 3
+    groups[1].running = [Running(50, 2)] * 5
+    assert groups[0].step_batch() == groups[1].step_batch() == (8, 3 * 101 + 5 * 52)
+    sim.args.enable_dp_attention = False  # plain DP: independent engines, each its own batch
+    assert groups[0].step_batch() == (3, 303) and groups[1].step_batch() == (5, 260)
