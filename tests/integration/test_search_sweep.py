@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import uuid
 
+import yaml
+
 from tests.helpers.playbook import SHORT_BENCH, failed_messages
 
 
@@ -52,3 +54,34 @@ def test_a_search_sweep_measures_calibrates_and_reports(run_playbook, tmp_path, 
         row["predicted"] and row["predicted_after_calibration"] and row["measured"] for row in sec["rows"]
     )
     assert "## Layout search" in (results / run_id / "REPORT.md").read_text()
+
+
+def test_the_gpu_sweep_searches_the_model_named_in_sglang_gpu_searches(run_playbook, tmp_path, repo):
+    """inventory/gpu with benchmarks/extra-vars/search-h200.yml (what `make gpu-sweep` passes): the
+    model's ladder gives way to its search, built from sglang_gpu_searches[model] (plan.yml reads the
+    same variables as gpu_sweep.yml's sweep; the hardware as gpu_facts would give it)."""
+    extra = yaml.safe_load((repo / "benchmarks/extra-vars/search-h200.yml").read_text())
+    spec = extra["sglang_gpu_searches"]["qwen3-30b-a3b"]
+    out = tmp_path / "plan"
+    hardware = {"gpu_count": 1, "gpu_memory_gib": 139.8, "gpu_interconnect": "nvlink", "gpu_name": "NVIDIA H200"}
+    r = run_playbook(
+        "plan.yml", inventory="inventory/gpu", extravars={**extra, **hardware, "sglang_plan_dir": str(out)}
+    )
+    assert r.status == "successful", failed_messages(r)
+    doc = json.loads((out / "gpu-host.json").read_text())
+    sec = doc["search"]
+    knob_sets = 1
+    for values in spec["knobs"].values():
+        knob_sets *= len(values)
+    assert sec["objective"] == spec["objective"] and sec["candidates"] == knob_sets
+    assert sec["top_k"] == spec["top_k"] and sec["budget"] == spec["budget"]
+    # no ladder layout: the plan's layouts are the search's shortlist, with the knobs on their command lines
+    ladder = yaml.safe_load((repo / "inventory/gpu/group_vars/sglang_hosts.yml").read_text())["sglang_gpu_ladders"]
+    names = [e["name"] for e in doc["layouts"]]
+    assert names == sec["shortlist"] and len(names) == spec["top_k"]
+    assert not set(names) & {lay["name"] for lay in ladder["qwen3-30b-a3b"]}
+    for entry in doc["layouts"]:
+        assert entry["search"]["objective"] == "goodput"
+        for flag in ("--kv-cache-dtype", "--max-running-requests", "--chunked-prefill-size", "--cuda-graph-max-bs"):
+            assert flag in entry["argv"]
+    assert len(list((out / "gpu-host").glob("*.service"))) == spec["top_k"]
