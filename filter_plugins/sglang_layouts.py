@@ -132,6 +132,8 @@ _FACES = {
     "sglang_bench_rate_label": (_rate_label, "bench_common.BenchError"),
     # the layout search after each measured layout: refit, re-rank, next candidate or stop
     "sglang_search_step": ("search_calibrate.sweep_step", "planner.PlanError"),
+    # the plan with one layout's search block set to the step's (the loop over several hosts)
+    "sglang_plan_with_search": ("search_calibrate.with_search",),
 }
 
 

@@ -268,6 +268,44 @@ def test_step_picks_the_best_predicted_then_stops_by_rule_or_budget(repo, demo_l
     assert spent["stop"] and "budget is spent (2 of 2" in spent["why"]
 
 
+def test_candidates_over_several_hosts_have_their_own_loop_and_budget(repo, tmp_path):
+    spec = {
+        "objective": "peak",
+        "vary": {"tp": [8, 16], "pp": [1], "dp": [1], "ep": [1], "nnodes": [1, 2]},
+        "top_k": 4,
+        "budget": 2,
+    }
+    inputs = _inputs(repo, spec, [], hosts=("node-a", "node-b"))
+    doc = planner.plan_host(inputs)
+    entries = _plans(doc)
+    spanning = [n for n in doc["search"]["shortlist"] if entries[n]["placement"]["spans"]]
+    own = [n for n in doc["search"]["shortlist"] if not entries[n]["placement"]["spans"]]
+    assert len(spanning) == 2 and own
+
+    def step(spans):
+        return search_calibrate.sweep_step(doc, inputs, str(tmp_path), "r1", "node-a", spans)
+
+    # each loop picks only its own kind, the best predicted first
+    assert step(False)["next"] == own[0]
+    first = step(True)
+    assert first["next"] == spanning[0] and first["spent"] == 0
+    # the step's search block goes into the plan entry that sweep_layout.yml reads by name
+    marked = search_calibrate.with_search(doc, first["next"], first["search"])
+    assert _plans(marked)[first["next"]]["search"] == first["search"]
+    assert _plans(marked)[own[0]] == entries[own[0]]
+    # measured over both hosts: its record, even under the other host, counts for the loop over
+    # hosts only; the host's own loop keeps its whole budget
+    rec = _record(entries[spanning[0]], "node-b", 1.0, with_search=first["search"])
+    results.write_record(str(tmp_path), rec)
+    second = step(True)
+    assert second["next"] == spanning[1] and second["spent"] == 1
+    assert step(False)["spent"] == 0 and step(False)["next"] == own[0]
+    results.write_record(str(tmp_path), _record(entries[spanning[1]], "node-a", 1.0, with_search=second["search"]))
+    done = step(True)
+    assert done["stop"] and "budget is spent (2 of 2" in done["why"]
+    assert not step(False)["stop"]
+
+
 def test_kendall_tau():
     assert search_calibrate.kendall_tau([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
     assert search_calibrate.kendall_tau([1, 2, 3, 4], [40, 30, 20, 10]) == -1.0
