@@ -70,7 +70,11 @@ def _unit_previews(layouts, host, ctx, template_dir, secret_envs=None):
     from ansible.plugins.filter.core import comment, to_bool
     from ansible.plugins.filter.mathstuff import union
 
-    ctx = {**ctx, "ansible_managed": ctx.get("ansible_managed") or constants.config.get_config_value("DEFAULT_MANAGED_STR")}
+    ctx = {
+        **ctx,
+        "ansible_managed": ctx.get("ansible_managed")
+        or constants.config.get_config_value("DEFAULT_MANAGED_STR"),
+    }
     filters = {"comment": comment, "bool": to_bool, "union": lambda a, b: union(None, a, b)}
     return _library("unit_files.render_previews")(layouts, host, ctx, template_dir, secret_envs, filters)
 

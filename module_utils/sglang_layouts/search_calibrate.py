@@ -400,7 +400,9 @@ def _predict_full(rec: dict, constants: dict) -> dict | None:
         return predict_again(rec, workload)
 
 
-def sweep_step(plan: dict, inputs: dict, results_dir: str, run_id: str, host: str, spans: bool = False) -> dict:
+def sweep_step(
+    plan: dict, inputs: dict, results_dir: str, run_id: str, host: str, spans: bool = False
+) -> dict:
     """step() for the sweep of one host: this run's records of the host from the result store, each
     ranked entry planned again from the planner's inputs (the speed model needs its cost). spans:
     the candidates over several hosts, from the records of this host and of every such layout

@@ -46,10 +46,10 @@ def unit_spec(lp: dict, unit: dict, ctx: dict, secret_env: dict | None = None) -
         key_argv = secrets.api_key_argv(engine, api_config if ctx.get("manager") == "systemd" else None)
     argv_in = [str(a) for a in unit["argv"]]
     if is_router:
-        argv = [str(ctx["router_venv"]) + "/bin/python"] + argv_in[1:]
+        argv = [str(ctx["router_venv"]) + "/bin/python", *argv_in[1:]]
     else:
-        argv = [python, "-m", "sglang_sim" if sim else argv_in[2]] + argv_in[3:] + key_argv
-    unit_argv = [argv[0], str(ctx["redact_path"])] + argv if key_argv else argv
+        argv = [python, "-m", "sglang_sim" if sim else argv_in[2], *argv_in[3:], *key_argv]
+    unit_argv = [argv[0], str(ctx["redact_path"]), *argv] if key_argv else argv
     env: dict = {}
     secret_env = {} if is_router else dict(secret_env or {})
     if not is_router:
@@ -108,7 +108,12 @@ def _template_vars(lp: dict, unit: dict, spec: dict, ctx: dict, secret_env: dict
 
 
 def render_previews(
-    layouts: list, host: str, ctx: dict, template_dir: str, secret_envs: dict | None = None, filters: dict | None = None
+    layouts: list,
+    host: str,
+    ctx: dict,
+    template_dir: str,
+    secret_envs: dict | None = None,
+    filters: dict | None = None,
 ) -> dict[str, str]:
     """Every unit file of `layouts` (the plan's entries) that runs on `host`, by unit name: the role's
     templates rendered once each, then filled in per unit. filters are the Ansible filters the

@@ -300,7 +300,9 @@ def test_candidates_over_several_hosts_have_their_own_loop_and_budget(repo, tmp_
     second = step(True)
     assert second["next"] == spanning[1] and second["spent"] == 1
     assert step(False)["spent"] == 0 and step(False)["next"] == own[0]
-    results.write_record(str(tmp_path), _record(entries[spanning[1]], "node-a", 1.0, with_search=second["search"]))
+    results.write_record(
+        str(tmp_path), _record(entries[spanning[1]], "node-a", 1.0, with_search=second["search"])
+    )
     done = step(True)
     assert done["stop"] and "budget is spent (2 of 2" in done["why"]
     assert not step(False)["stop"]

@@ -76,7 +76,11 @@ def test_a_simulated_server_runs_the_simulator_with_the_planners_flags(plan):
     assert spec["argv"][3:] == units[0]["argv"][3:]  # the planner's flags, unchanged
     assert spec["unit_argv"] == spec["argv"] and spec["key_argv"] == []
     # the secret variable stays out of Environment=, the simulator's own variables join
-    assert spec["env"]["FOO"] == "bar" and "HF_TOKEN" not in spec["env"] and spec["env"]["SGLANG_SIM_GPUS"] == "8"
+    assert (
+        spec["env"]["FOO"] == "bar"
+        and "HF_TOKEN" not in spec["env"]
+        and spec["env"]["SGLANG_SIM_GPUS"] == "8"
+    )
     assert "PATH" not in spec["env"] and not spec["env_file_needed"]
 
 
@@ -85,7 +89,11 @@ def test_a_real_engine_with_a_key_runs_behind_the_redactor_and_reads_its_config(
     ctx = {**CTX, "api_key_set": True}
     spec = unit_files.unit_spec(lp, units[0], ctx, {"HF_TOKEN": "hidden"})
     assert spec["key_argv"] == ["--config", "/etc/sglang/sglang-kimi-k2-6-tp8.yaml"]
-    assert spec["unit_argv"][:3] == ["/opt/sv/bin/python", "/usr/local/bin/sglang-redact", "/opt/sv/bin/python"]
+    assert spec["unit_argv"][:3] == [
+        "/opt/sv/bin/python",
+        "/usr/local/bin/sglang-redact",
+        "/opt/sv/bin/python",
+    ]
     assert spec["env"]["PATH"].startswith("/opt/sv/bin:") and "/usr/local/cuda/bin" in spec["env"]["PATH"]
     assert spec["env_file_needed"] and spec["secret_names"] == ["HF_TOKEN"]
     # under the process supervisor the config file's path is filled in at exec time
@@ -101,7 +109,7 @@ def test_a_router_runs_from_its_venv_without_key_or_environment(plan):
     lp, units = _pairs(plan, "tp4x2")
     router = next(u for u in units if u["role"] == "router")
     spec = unit_files.unit_spec(lp, router, {**CTX, "api_key_set": True}, {"HF_TOKEN": "x"})
-    assert spec["argv"] == ["/opt/router/bin/python"] + router["argv"][1:]
+    assert spec["argv"] == ["/opt/router/bin/python", *router["argv"][1:]]
     assert spec["env"] == {} and spec["key_argv"] == [] and not spec["env_file_needed"]
 
 
@@ -134,4 +142,4 @@ def test_previews_render_every_unit_from_the_roles_templates(repo, plan):
     assert "EnvironmentFile=/etc/sglang/sglang-kimi-k2-6-tp8.env" in text and "hidden" not in text
     assert "# Secret variables (HF_TOKEN, SGLANG_API_KEY)" in text
     router = previews["sglang-kimi-k2-6-tp4x2-router.service"]
-    assert "sglang-router 0.2.4" in router and "ExecStart=\"/opt/router/bin/python\"" in router
+    assert "sglang-router 0.2.4" in router and 'ExecStart="/opt/router/bin/python"' in router
