@@ -219,6 +219,11 @@ def beats(objective: str, value: float | None, best: float | None, error: float)
     return value > best * (1.0 + error)
 
 
+def _g(value: float | None) -> str:
+    """A figure in a sentence; a layout the speed model cannot predict (no GPU name) has none."""
+    return "no figure (the speed model cannot predict it)" if value is None else f"{value:.4g}"
+
+
 def _spans(plan: dict | None) -> bool:
     return bool(((plan or {}).get("placement") or {}).get("spans"))
 
@@ -286,15 +291,15 @@ def step(
     # the first top_k are measured whatever the model says; past them, only a predicted win
     if spent >= section["top_k"] and not beats(objective, pick["value_calibrated"], best, error):
         out["why"] = (
-            f"no unmeasured candidate is predicted to beat {best_name} ({best:.4g} measured) by more than the "
+            f"no unmeasured candidate is predicted to beat {best_name} ({_g(best)} measured) by more than the "
             f"model's observed error ({100 * error:.0f}%): the best left, {pick['name']}, is predicted at "
-            f"{pick['value_calibrated']:.4g} after calibration"
+            f"{_g(pick['value_calibrated'])} after calibration"
         )
         return out
     out["stop"] = False
     out["next"] = pick["name"]
-    out["why"] = f"{pick['name']} is predicted at {pick['value_calibrated']:.4g} after calibration" + (
-        f", above {best_name}'s measured {best:.4g} by more than {100 * error:.0f}%" if best_name else ""
+    out["why"] = f"{pick['name']} is predicted at {_g(pick['value_calibrated'])} after calibration" + (
+        f", above {best_name}'s measured {_g(best)} by more than {100 * error:.0f}%" if best_name else ""
     )
     out["search"] = {
         "rank_predicted": pick["rank"],
