@@ -165,4 +165,4 @@ def test_a_search_measures_its_candidate_over_two_hosts_on_both_at_once(tmp_path
         assert not list(root.glob("node-*/*.pid")), "the sweep stops both nodes"
     finally:
         run_in("stop.yml", root / "runner", inventory=str(inventory), extravars=extra)
-        shutil.rmtree(root, ignore_errors=True)
+        print("KEPT", root)
