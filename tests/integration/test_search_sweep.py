@@ -113,6 +113,7 @@ def test_a_search_measures_its_candidate_over_two_hosts_on_both_at_once(tmp_path
     root = Path(tempfile.mkdtemp(prefix="sglang-search-mn-it-"))
     os.chmod(root, 0o755)
     hosts = {}
+    dist_port = free_port()  # one rendezvous port, the same in every node's plan
     for name in ("node-a", "node-b"):
         (root / name).mkdir()
         os.chmod(root / name, 0o755)
@@ -129,7 +130,7 @@ def test_a_search_measures_its_candidate_over_two_hosts_on_both_at_once(tmp_path
             "sglang_engine": "sim",
             "sglang_service_manager": "process",
             "sglang_model": {"name": "kimi-k2.6", "path": str(REPO / "models" / "kimi-k2.6")},
-            "sglang_dist_init_port": free_port(),
+            "sglang_dist_init_port": dist_port,
             "sglang_layouts": [],
             "sglang_layout_search": {
                 "objective": "peak",
@@ -165,4 +166,4 @@ def test_a_search_measures_its_candidate_over_two_hosts_on_both_at_once(tmp_path
         assert not list(root.glob("node-*/*.pid")), "the sweep stops both nodes"
     finally:
         run_in("stop.yml", root / "runner", inventory=str(inventory), extravars=extra)
-        print("KEPT", root)
+        shutil.rmtree(root, ignore_errors=True)
