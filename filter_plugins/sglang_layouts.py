@@ -63,6 +63,22 @@ def _plain_env(env, secret_env=None):
     return _library("secrets.split_env")(env or {}, secret_env)[0]
 
 
+def _unit_previews(layouts, host, ctx, template_dir, secret_envs=None):
+    """Every unit file of a host's layouts, by unit name, from the role's templates in one call; the
+    templates' Ansible filters are Ansible's own, and so is ansible_managed where no variable sets it."""
+    from ansible import constants
+    from ansible.plugins.filter.core import comment, to_bool
+    from ansible.plugins.filter.mathstuff import union
+
+    ctx = {
+        **ctx,
+        "ansible_managed": ctx.get("ansible_managed")
+        or constants.config.get_config_value("DEFAULT_MANAGED_STR"),
+    }
+    filters = {"comment": comment, "bool": to_bool, "union": lambda a, b: union(None, a, b)}
+    return _library("unit_files.render_previews")(layouts, host, ctx, template_dir, secret_envs, filters)
+
+
 def _rate_label(rate):
     """A request rate as the load generator's progress lines name it (2, 0.5, inf); refuses rates <= 0."""
     return _library("bench_common.rate_label")(_library("bench_common.parse_rate")(rate))
@@ -107,6 +123,9 @@ _FACES = {
     "sglang_api_key_config": ("secrets.api_key_config", "planner.PlanError", ValueError),
     # where a layout's units run, the stop order, one outcome from every node's (placement.py)
     "sglang_units_on": ("placement.units_on",),
+    # what one unit runs (argv, environment, secret file), and every unit file of a host (unit_files.py)
+    "sglang_unit_spec": ("unit_files.unit_spec", "planner.PlanError"),
+    "sglang_unit_previews": (_unit_previews, "planner.PlanError"),
     "sglang_units_of_layouts": ("placement.units_of_layouts",),
     "sglang_stop_order": ("placement.stop_order", "planner.PlanError"),
     "sglang_first_failure": ("placement.first_failure",),
@@ -117,6 +136,8 @@ _FACES = {
     "sglang_bench_rate_label": (_rate_label, "bench_common.BenchError"),
     # the layout search after each measured layout: refit, re-rank, next candidate or stop
     "sglang_search_step": ("search_calibrate.sweep_step", "planner.PlanError"),
+    # the plan with one layout's search block set to the step's (the loop over several hosts)
+    "sglang_plan_with_search": ("search_calibrate.with_search",),
 }
 
 

@@ -7,6 +7,10 @@ speed) of every layout measured on the host so far; coordinate descent, golden-s
 The observed error is exp(RMS log ratio) - 1 after the fit. The top_k best (re-ranked after each
 refit) are measured; past them the sweep stops when the budget is spent, or when no unmeasured
 candidate's calibrated prediction beats the best measured value by more than that error. Pure: records and plans in, decisions out; the playbook only loops (tasks/search_step.yml).
+
+Candidates over several hosts (nnodes > 1, replicas on several hosts) need every node at once: each
+host's own loop leaves them, and a second loop (tasks/search_nodes_step.yml) measures them after,
+decided once for every host, with a budget of its own (spans=True).
 """
 
 from __future__ import annotations
@@ -215,14 +219,29 @@ def beats(objective: str, value: float | None, best: float | None, error: float)
     return value > best * (1.0 + error)
 
 
+def _g(value: float | None) -> str:
+    """A figure in a sentence; a layout the speed model cannot predict (no GPU name) has none."""
+    return "no figure (the speed model cannot predict it)" if value is None else f"{value:.4g}"
+
+
+def _spans(plan: dict | None) -> bool:
+    return bool(((plan or {}).get("placement") or {}).get("spans"))
+
+
 def step(
-    section: dict, plans: dict[str, dict], records: list[dict], hardware: dict, bench: dict | None
+    section: dict,
+    plans: dict[str, dict],
+    records: list[dict],
+    hardware: dict,
+    bench: dict | None,
+    spans: bool = False,
 ) -> dict:
     """What the sweep does next: {"stop": bool, "why", "next": name or None, "search": the record's
     search block for it, "calibration", "ranking": [name, rank_predicted, rank_after_calibration]}.
 
     section: the plan JSON's search; plans: every ranked entry's plan by name; records: this run's
-    records of this host (any status)."""
+    records of this host (any status); spans: pick among the candidates over several hosts (else
+    among this host's own), each kind with its own budget."""
     objective = section["objective"]
     by_layout = {r["layout"]: r for r in records}
     fit = refit(records)
@@ -232,16 +251,14 @@ def step(
     low = lower_is_better(objective)
     best_name = (min if low else max)(measured, key=measured.get) if measured else None
     best = measured.get(best_name) if best_name else None
-    spent = sum(1 for r in records if r.get("search"))
+    spent = sum(1 for r in records if r.get("search") and _spans(plans.get(r["layout"])) == spans)
     error = fit["error_after"] or 0.0
     shortlist = set(section.get("shortlist") or [])
-    # a candidate over several hosts needs every node's sweep at once: not measured by the search yet
+    # a candidate over several hosts needs every node's sweep at once: the other loop's
     waiting = [
         e
         for e in ranked
-        if e["name"] in shortlist
-        and e["name"] not in by_layout
-        and not ((plans.get(e["name"]) or {}).get("placement") or {}).get("spans")
+        if e["name"] in shortlist and e["name"] not in by_layout and _spans(plans.get(e["name"])) == spans
     ]
     out = {
         "objective": objective,
@@ -268,21 +285,21 @@ def step(
         out["why"] = f"the budget is spent ({spent} of {section['budget']} candidates measured)"
         return out
     if not waiting:
-        out["why"] = "every shortlisted candidate is measured"
+        out["why"] = "every shortlisted candidate" + (" over several hosts" if spans else "") + " is measured"
         return out
     pick = waiting[0]
     # the first top_k are measured whatever the model says; past them, only a predicted win
     if spent >= section["top_k"] and not beats(objective, pick["value_calibrated"], best, error):
         out["why"] = (
-            f"no unmeasured candidate is predicted to beat {best_name} ({best:.4g} measured) by more than the "
+            f"no unmeasured candidate is predicted to beat {best_name} ({_g(best)} measured) by more than the "
             f"model's observed error ({100 * error:.0f}%): the best left, {pick['name']}, is predicted at "
-            f"{pick['value_calibrated']:.4g} after calibration"
+            f"{_g(pick['value_calibrated'])} after calibration"
         )
         return out
     out["stop"] = False
     out["next"] = pick["name"]
-    out["why"] = f"{pick['name']} is predicted at {pick['value_calibrated']:.4g} after calibration" + (
-        f", above {best_name}'s measured {best:.4g} by more than {100 * error:.0f}%" if best_name else ""
+    out["why"] = f"{pick['name']} is predicted at {_g(pick['value_calibrated'])} after calibration" + (
+        f", above {best_name}'s measured {_g(best)} by more than {100 * error:.0f}%" if best_name else ""
     )
     out["search"] = {
         "rank_predicted": pick["rank"],
@@ -388,19 +405,31 @@ def _predict_full(rec: dict, constants: dict) -> dict | None:
         return predict_again(rec, workload)
 
 
-def sweep_step(plan: dict, inputs: dict, results_dir: str, run_id: str, host: str) -> dict:
+def sweep_step(
+    plan: dict, inputs: dict, results_dir: str, run_id: str, host: str, spans: bool = False
+) -> dict:
     """step() for the sweep of one host: this run's records of the host from the result store, each
-    ranked entry planned again from the planner's inputs (the speed model needs its cost)."""
+    ranked entry planned again from the planner's inputs (the speed model needs its cost). spans:
+    the candidates over several hosts, from the records of this host and of every such layout
+    (stored under its node rank 0 or router's host, which need not be this one)."""
     from . import results
     from .planner import plan_host
 
     section = plan["search"]
     try:
-        records = [r for r in results.load_run(results_dir, run_id) if r["host"] == host]
+        records = results.load_run(results_dir, run_id)
     except results.ResultError:
         records = []
     named = {lay.get("name"): lay for lay in inputs.get("layouts") or []}
     layouts = [named.get(e["name"]) or dict(e["layout"], name=e["name"]) for e in section["ranked"]]
     replanned = plan_host({**inputs, "layouts": layouts, "search": None})
     plans = {p["name"]: p for p in replanned["layouts"]}
-    return step(section, plans, records, plan["hardware"], inputs.get("bench"))
+    records = [r for r in records if r["host"] == host or (spans and _spans(plans.get(r["layout"])))]
+    return step(section, plans, records, plan["hardware"], inputs.get("bench"), spans)
+
+
+def with_search(plan: dict, name: str, search: dict) -> dict:
+    """The plan with layout `name`'s search block replaced by the step's (its record carries it):
+    the loop over several hosts measures a layout by name, from each host's own plan entry."""
+    layouts = [dict(e, search=search) if e["name"] == name else e for e in plan["layouts"]]
+    return {**plan, "layouts": layouts}

@@ -85,6 +85,48 @@ def test_single_ranks_by_single_request_speed(repo, demo_layouts):
     assert singles == sorted(singles, reverse=True)
 
 
+def test_cost_per_mtok_ranks_cheapest_first_from_gpu_hours_and_peak(repo, demo_layouts, peak_plan):
+    inputs = _inputs(repo, {"objective": "cost_per_mtok"}, demo_layouts)
+    inputs["bench"] = {**BENCH, "gpu_hour_cost": 2.5}
+    sec = planner.plan_host(inputs)["search"]
+    ranked = [e for e in sec["ranked"] if e["value"] is not None]
+    assert len(ranked) > 3
+    # $ per 1M output tokens: GPU-hours spent per token at the predicted peak (results.cost_per_mtok)
+    for e in ranked:
+        expected = 2.5 * e["gpus_used"] / 3600.0 / e["speed"]["peak_tok_s"] * 1e6
+        assert e["value"] == pytest.approx(expected)
+    values = [e["value"] for e in ranked]
+    assert values == sorted(values)  # lower is better: the cheapest first
+    assert [e["rank"] for e in sec["ranked"]] == list(range(1, len(sec["ranked"]) + 1))
+    assert sec["shortlist"] == [e["name"] for e in sec["ranked"] if not e.get("named")][:3]
+    # Kimi fills the box (every candidate uses 8 GPUs): then cost follows peak speed alone
+    assert {e["gpus_used"] for e in ranked} == {8}
+    peak_rank = {e["name"]: e["rank"] for e in peak_plan["search"]["ranked"]}
+    common = [e["name"] for e in ranked if e["name"] in peak_rank]
+    assert common == sorted(common, key=peak_rank.get)
+
+
+def test_cost_per_mtok_prefers_fewer_gpus_over_a_faster_peak():
+    bench = {"gpu_hour_cost": 2.0}
+    entries = []
+    for name, gpus, peak in (("tp8", 8, 1500.0), ("tp4", 4, 1000.0), ("tp2", 2, None)):
+        speed = {"peak_tok_s": peak, "single_tok_s": 10.0} if peak else None
+        value = search.objective_value("cost_per_mtok", speed, gpus, bench)
+        entries.append({"name": name, "gpus_used": gpus, "value": value})
+    search.rank_entries(entries, "cost_per_mtok")
+    # 4 GPUs at 1000 tok/s cost $2.22 per 1M tokens, 8 at 1500 $2.96; no prediction ranks last
+    assert [(e["name"], e["rank"]) for e in entries] == [("tp4", 1), ("tp8", 2), ("tp2", 3)]
+    assert entries[0]["value"] == pytest.approx(2.0 * 4 / 3600 / 1000 * 1e6)
+    search.rank_entries(entries, "peak", key="value")  # the same figures read as a peak: higher first
+    assert [e["name"] for e in entries][:2] == ["tp8", "tp4"]
+
+
+def test_cost_per_mtok_without_a_gpu_hour_cost_is_refused(repo):
+    with pytest.raises(PlanError) as e:
+        planner.plan_host(_inputs(repo, {"objective": "cost_per_mtok"}))
+    assert "needs sglang_gpu_hour_cost" in str(e.value)
+
+
 def test_knobs_make_named_candidates_and_the_names_pass_the_name_rule(repo):
     spec = {
         "vary": {"tp": [8], "pp": [1], "dp": [1], "ep": [1, 8]},
@@ -224,6 +266,46 @@ def test_step_picks_the_best_predicted_then_stops_by_rule_or_budget(repo, demo_l
     ]
     spent = search_calibrate.step(sec, plans, [exact, *done], hw, BENCH)
     assert spent["stop"] and "budget is spent (2 of 2" in spent["why"]
+
+
+def test_candidates_over_several_hosts_have_their_own_loop_and_budget(repo, tmp_path):
+    spec = {
+        "objective": "peak",
+        "vary": {"tp": [8, 16], "pp": [1], "dp": [1], "ep": [1], "nnodes": [1, 2]},
+        "top_k": 4,
+        "budget": 2,
+    }
+    inputs = _inputs(repo, spec, [], hosts=("node-a", "node-b"))
+    doc = planner.plan_host(inputs)
+    entries = _plans(doc)
+    spanning = [n for n in doc["search"]["shortlist"] if entries[n]["placement"]["spans"]]
+    own = [n for n in doc["search"]["shortlist"] if not entries[n]["placement"]["spans"]]
+    assert len(spanning) == 2 and own
+
+    def step(spans):
+        return search_calibrate.sweep_step(doc, inputs, str(tmp_path), "r1", "node-a", spans)
+
+    # each loop picks only its own kind, the best predicted first
+    assert step(False)["next"] == own[0]
+    first = step(True)
+    assert first["next"] == spanning[0] and first["spent"] == 0
+    # the step's search block goes into the plan entry that sweep_layout.yml reads by name
+    marked = search_calibrate.with_search(doc, first["next"], first["search"])
+    assert _plans(marked)[first["next"]]["search"] == first["search"]
+    assert _plans(marked)[own[0]] == entries[own[0]]
+    # measured over both hosts: its record, even under the other host, counts for the loop over
+    # hosts only; the host's own loop keeps its whole budget
+    rec = _record(entries[spanning[0]], "node-b", 1.0, with_search=first["search"])
+    results.write_record(str(tmp_path), rec)
+    second = step(True)
+    assert second["next"] == spanning[1] and second["spent"] == 1
+    assert step(False)["spent"] == 0 and step(False)["next"] == own[0]
+    results.write_record(
+        str(tmp_path), _record(entries[spanning[1]], "node-a", 1.0, with_search=second["search"])
+    )
+    done = step(True)
+    assert done["stop"] and "budget is spent (2 of 2" in done["why"]
+    assert not step(False)["stop"]
 
 
 def test_kendall_tau():
