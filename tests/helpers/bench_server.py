@@ -54,6 +54,8 @@ class FakeState:
         self.pause_until = 0.0  # monotonic time before which no stream sends a token
         self.pauses = []  # {"at", "seconds", "batch", "rid"} for each stall the server made
         self.lock = threading.Lock()
+        self.logged = threading.Condition(self.lock)  # notified as each stream's log entry lands
+        self.streams = 0  # generation streams begun (each logs once, in its finally)
         self.count = 0
         self.flushes = 0
         self.log = []  # {"rid", "arrival", "first_token", "token_times", "prompt_tokens", "completion_tokens"}
@@ -139,6 +141,7 @@ def make_handler(state: FakeState):
                 self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             with state.lock:
+                state.streams += 1
                 state.inflight += 1
                 state.max_inflight = max(state.max_inflight, state.inflight)
                 batch = state.inflight
@@ -212,6 +215,7 @@ def make_handler(state: FakeState):
                             "completion_tokens": len(times),
                         }
                     )
+                    state.logged.notify_all()
             if not state.chunked:
                 self.close_connection = True
 
@@ -222,3 +226,13 @@ class FakeServer(LoopbackServer):
     def __init__(self, **kw):
         self.state = FakeState(**kw)
         super().__init__(make_handler(self.state))
+
+    def settled(self, ceiling: float = 120.0) -> list:
+        """The server's log once every stream it began has logged: a client that read a stream's last
+        event can return before the handler thread reached its bookkeeping. The ceiling only
+        catches a hang."""
+        st = self.state
+        with st.logged:
+            if not st.logged.wait_for(lambda: len(st.log) >= st.streams, timeout=ceiling):
+                raise AssertionError(f"{st.streams - len(st.log)} streams never finished in {ceiling} s")
+            return list(st.log)

@@ -67,7 +67,7 @@ def test_generate_figures_match_what_the_server_did(chunked):
     assert lv4["output_tokens"] == 16 * 10 and lv4["token_source"] == "server"
     assert lv4["prompt_tokens"] == 16 * 32
     # every measured request reached the server with its own rid; warmup rids are distinct
-    log = {e["rid"]: e for e in srv.state.log}
+    log = {e["rid"]: e for e in srv.settled()}
     rids = [r["rid"] for lv in out["levels"] for r in lv["requests"]]
     assert len(set(rids)) == len(rids) == 24 and all(r in log for r in rids)
     # the warm-up of each level: one request per stream, the level's streams at once (1, then 4)
@@ -87,7 +87,8 @@ def test_generate_figures_match_what_the_server_did(chunked):
             assert r["ttft_ms"] >= 1000 * (e["first_token"] - e["arrival"]) - 0.5, (r, e)
             assert r["e2e_ms"] >= 1000 * (e["token_times"][-1] - e["arrival"]) - 0.5, (r, e)
             assert len(r["itl_ms"]) == 9
-            assert r["ttft_ms"] < r["e2e_ms"]
+            # equal when a descheduled client reads every token in one receive
+            assert r["ttft_ms"] <= r["e2e_ms"]
             assert min(r["itl_ms"]) >= 0
             # the stream ends after its last token (the usage chunk, [DONE]): E2E is at least that
             assert r["ttft_ms"] + sum(r["itl_ms"]) <= r["e2e_ms"] + 0.01
@@ -98,7 +99,9 @@ def test_generate_figures_match_what_the_server_did(chunked):
     assert lv1["decode_tok_s"]["mean"] == pytest.approx(statistics.fmean(1000 / t for t in tpot))
     assert lv4["output_tok_s"] == pytest.approx(lv4["output_tokens"] / lv4["duration_s"])
     assert lv4["request_s"] == pytest.approx(16 / lv4["duration_s"])
-    assert 3.2 <= lv4["achieved_concurrency"] <= 4.05
+    # Little's law over the level's own requests (how close to 4 it gets depends on the machine's load)
+    little = sum(r["e2e_ms"] for r in lv4["requests"]) / 1000 / lv4["duration_s"]
+    assert lv4["achieved_concurrency"] == pytest.approx(little, rel=1e-3) and 0 < little <= 4.05
     assert srv.state.max_inflight == 4
     s = out["summary"]
     assert s["single_request_tok_s"] == lv1["decode_tok_s"]["mean"]

@@ -87,7 +87,7 @@ def test_with_the_level_warm_up_a_compiling_server_is_measured_warm():
         lines = []
         out = bench.run_benchmark(cfg, progress=lines.append, keep_requests=True)
         pauses = list(srv.state.pauses)
-        arrivals = {e["rid"]: e["arrival"] for e in srv.state.log}
+        arrivals = {e["rid"]: e["arrival"] for e in srv.settled()}
     lv1, lv4 = out["levels"]
     # the warm-up made the new batch sizes (2, 3, 4): the server compiled then, before c=4's measurement
     assert sorted(p["batch"] for p in pauses) == [2, 3, 4]
