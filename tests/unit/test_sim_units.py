@@ -256,7 +256,7 @@ def test_dp_attention_groups_step_at_the_batch_of_all_groups():
     plan's (the demo's dp-attention: 812 simulated against 503 predicted)."""
 
     class Sim:
-        schedulers: list = []
+        schedulers = ()
 
         class args:
             enable_dp_attention = True
