@@ -598,6 +598,10 @@ def test_telemetry_without_gpus_or_metrics_says_absent(monkeypatch):
         out = bench.run_benchmark(cfg)
     tele = out["levels"][0]["telemetry"]
     assert tele["gpu"] == "absent"
+    # the level's seconds outside warm-up and measurement, by step (a record's tool_s holds them)
+    between = out["levels"][0]["between_s"]
+    assert set(between) == {"connect", "flush_cache", "telemetry_start", "telemetry_stop"}
+    assert all(v >= 0 for v in between.values())
     assert tele["server"]["available"] is False and "404" in tele["server"]["error"]
     assert tele["server"]["metrics"]["num_running_reqs"] == {"mean": None, "max": None}
     off = bench.make_config("http://127.0.0.1:1", telemetry=False)
@@ -692,7 +696,9 @@ def test_a_load_is_validated_once_per_key_not_per_layout():
 
 def test_telemetry_stop_ends_an_nvidia_smi_that_ignores_sigterm_and_keeps_its_rows(tmp_path, monkeypatch):
     script = tmp_path / "nvidia-smi"
-    script.write_text("#!/bin/sh\ntrap '' TERM\nwhile true; do\necho '0, 1000, 50, 300.5'\nsleep 0.05\ndone\n")
+    script.write_text(
+        "#!/bin/sh\ntrap '' TERM\nwhile true; do\necho '0, 1000, 50, 300.5'\nsleep 0.05\ndone\n"
+    )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("SGLANG_BENCH_NVIDIA_SMI", str(script))
     tele = bench_telemetry.Telemetry("http://127.0.0.1:1", interval=0.05).start()
