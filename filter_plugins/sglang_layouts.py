@@ -134,6 +134,8 @@ _FACES = {
     "sglang_wheel_pins": ("wheels.wheel_pins", "wheels.WheelError"),
     "sglang_drop_pins": ("wheels.drop_pins", "wheels.WheelError"),
     "sglang_bench_rate_label": (_rate_label, "bench_common.BenchError"),
+    # the load generator's arguments that its check mode validates (validated once per key)
+    "sglang_bench_load_key": ("bench_common.load_key",),
     # the layout search after each measured layout: refit, re-rank, next candidate or stop
     "sglang_search_step": ("search_calibrate.sweep_step", "planner.PlanError"),
     # the plan with one layout's search block set to the step's (the loop over several hosts)

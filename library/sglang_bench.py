@@ -387,6 +387,10 @@ ansible_facts:
                 gen_throughput, each mean and max; available, samples, error) and per GPU memory_used_mib,
                 utilization_pct, power_w (mean and max), or C(absent); null when telemetry is off.
               type: dict
+            between_s:
+              description: The level's seconds outside its warm-up and its measurement - connect (keep-alive
+                streams), flush_cache, telemetry_start, telemetry_stop (nvidia-smi's end); part of a record's tool_s.
+              type: dict
             phase:
               description: C(slo_search) for the levels the SLO search added (with search_step).
               type: str

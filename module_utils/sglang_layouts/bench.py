@@ -498,22 +498,33 @@ async def run_level(cfg, spec, index, progress=None, keep_requests=False, attemp
     extra = f", {n_warm} warmup" + ("" if rate is None else f", open loop at {rate_label(rate)} req/s")
     say(progress, f"level {label} {'start' if attempt == 1 else 'again'}: {n} requests{extra}")
     telemetry = None
+    # the level's seconds outside its warm-up and its measurement (the tool's, in the record's tool_s)
+    between = {}
+    clock = time.perf_counter
     try:
+        t = clock()
         if keep_alive:
             await asyncio.gather(*(cl.connect(min(cfg["request_timeout"], 30.0)) for cl in clients))
+        between["connect"] = clock() - t
         warmup = await _warm_up(cfg, clients, warm, warm_len) if warm else None
         flush = None
+        t = clock()
         if cfg["flush_cache"]:
             flush = await asyncio.get_running_loop().run_in_executor(None, flush_cache, cfg)
+        between["flush_cache"] = clock() - t
+        t = clock()
         if cfg.get("telemetry"):
             telemetry = Telemetry(cfg["url"], cfg.get("_api_key"), cfg["telemetry_interval"]).start()
+        between["telemetry_start"] = clock() - t
         try:
             if rate is None:
                 raws = await run_closed_loop(clients, cfg, bodies)
             else:
                 raws = await run_open_loop(endpoint, clients, cfg, bodies, offsets, concurrency)
         finally:
+            t = clock()
             tele = telemetry.stop() if telemetry is not None else None
+            between["telemetry_stop"] = clock() - t
     finally:
         for cl in clients:
             cl.close()
@@ -537,6 +548,7 @@ async def run_level(cfg, spec, index, progress=None, keep_requests=False, attemp
     if spec.get("phase"):
         level["phase"] = spec["phase"]
     level["telemetry"] = tele
+    level["between_s"] = {k: round(v, 3) for k, v in between.items()}
     level["warmup"] = warmup
     level["warmup_failed"] = 0 if warmup is None else warmup["failed"]
     if warmup is not None and warmup["cut"]:

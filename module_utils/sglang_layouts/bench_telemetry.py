@@ -13,6 +13,8 @@ import urllib.error
 from .bench_client import http_json
 
 TELEMETRY_INTERVAL_S = 1.0
+# seconds nvidia-smi gets to exit on SIGTERM at the end of a level before it is killed (Telemetry.stop)
+GPU_STOP_GRACE_S = 0.2
 # /metrics names (Prometheus text) -> the telemetry key, and how the per-rank series of one sample combine.
 SERVER_METRICS = {
     "num_running_reqs": (("sglang:num_running_reqs", "vllm:num_requests_running"), "sum"),
@@ -181,11 +183,14 @@ class Telemetry:
     def stop(self):
         self._stop.set()
         if self._proc is not None:
+            # nvidia-smi may finish its -lms sleep before it acts on SIGTERM; the rows it printed are read
+            # already, and the wait would be the tool's time between two levels: kill after a short grace
             self._proc.terminate()
             try:
-                self._proc.wait(timeout=5)
+                self._proc.wait(timeout=GPU_STOP_GRACE_S)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
+                self._proc.wait(timeout=5)
         for t in self._threads:
             t.join(timeout=5)
         return self.summary()

@@ -10,6 +10,7 @@ import math
 import os
 import stat
 import statistics
+import threading
 from pathlib import Path
 
 import pytest
@@ -597,6 +598,10 @@ def test_telemetry_without_gpus_or_metrics_says_absent(monkeypatch):
         out = bench.run_benchmark(cfg)
     tele = out["levels"][0]["telemetry"]
     assert tele["gpu"] == "absent"
+    # the level's seconds outside warm-up and measurement, by step (a record's tool_s holds them)
+    between = out["levels"][0]["between_s"]
+    assert set(between) == {"connect", "flush_cache", "telemetry_start", "telemetry_stop"}
+    assert all(v >= 0 for v in between.values())
     assert tele["server"]["available"] is False and "404" in tele["server"]["error"]
     assert tele["server"]["metrics"]["num_running_reqs"] == {"mean": None, "max": None}
     off = bench.make_config("http://127.0.0.1:1", telemetry=False)
@@ -656,3 +661,54 @@ def test_per_request_connections_open_one_connection_per_request(connection, rat
 def test_an_unknown_connection_mode_is_refused_before_any_request():
     with pytest.raises(bench.BenchError, match="connection must be one of keep_alive, per_request"):
         rate_config("http://127.0.0.1:1", request_rates=[4], connection="pooled")
+
+
+def test_a_load_is_validated_once_per_key_not_per_layout():
+    """The role skips check mode for a load whose key it validated: the next layout's server (another
+    port), progress file and request ids leave the key alone; any argument check mode validates changes it."""
+    base = {
+        "url": "http://127.0.0.1:30000",
+        "concurrency": [1, 4],
+        "request_rates": [],
+        "context_length": 4096,
+        "progress_file": "/tmp/r1-tp8-1.progress",
+        "rid_prefix": "r1-host-tp8",
+    }
+    key = bench_common.load_key(base)
+    next_layout = {
+        **base,
+        "url": "http://127.0.0.1:30010",
+        "progress_file": "/tmp/r1-ep8-2.progress",
+        "rid_prefix": "r1-host-ep8",
+    }
+    assert bench_common.load_key(next_layout) == key
+    for change in (
+        {"concurrency": [1, 0]},
+        {"request_rates": [0]},
+        {"context_length": 8},
+        {"url": "http://10.0.0.2:30000"},
+        {"url": "not a url"},
+    ):
+        assert bench_common.load_key({**base, **change}) != key, change
+    # a url that names no server keeps itself in the key (check mode refuses it, layout after layout)
+    assert "not a url" in bench_common.load_key({**base, "url": "not a url"})
+
+
+def test_telemetry_stop_ends_an_nvidia_smi_that_ignores_sigterm_and_keeps_its_rows(tmp_path, monkeypatch):
+    script = tmp_path / "nvidia-smi"
+    script.write_text(
+        "#!/bin/sh\ntrap '' TERM\nwhile true; do\necho '0, 1000, 50, 300.5'\nsleep 0.05\ndone\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("SGLANG_BENCH_NVIDIA_SMI", str(script))
+    tele = bench_telemetry.Telemetry("http://127.0.0.1:1", interval=0.05).start()
+    proc = tele._proc
+    for _ in range(3000):  # the first row, read by the reader thread (a generous ceiling, not a timing)
+        if tele.gpu_rows:
+            break
+        assert proc.poll() is None
+        threading.Event().wait(0.01)
+    assert tele.gpu_rows
+    out = tele.stop()
+    assert proc.returncode is not None
+    assert out["gpu"]["source"] == "nvidia-smi" and out["gpu"]["gpus"][0]["memory_used_mib"]["max"] == 1000.0
