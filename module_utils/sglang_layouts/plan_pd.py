@@ -15,7 +15,7 @@ as skipped), its top-level `units` stay empty, and each role's units wait under 
 from __future__ import annotations
 
 from .engines import SGLANG, engine_flags
-from .model import ModelSpec, PlanError
+from .model import ModelSpec
 from .placement import placement
 from .plan_inputs import (
     _float,
