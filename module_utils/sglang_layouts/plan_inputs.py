@@ -274,9 +274,12 @@ def normalize_pd(layout: dict) -> dict:
             )
         known = {k: v for k, v in PD_ROLE_KEYS.items() if role == "prefill" or k != "bootstrap_port"}
         _unknown(r, known, f"{where} pd.{role}:", "")
-        shape = normalize_layout(
-            {"name": f"{name}-{role}", **{k: v for k, v in r.items() if k in LAYOUT_KEYS}}
-        )
+        try:
+            shape = normalize_layout(
+                {"name": f"{name}-{role}", **{k: v for k, v in r.items() if k in LAYOUT_KEYS}}
+            )
+        except PlanError as e:  # said of the role's own key: pd.prefill.tp, not a layout of its own
+            raise PlanError(str(e).replace(f"layout {name}-{role}: ", f"{where} pd.{role}.", 1)) from None
         for key in shape["args"]:
             plain = str(key).lstrip("-").replace("-", "_")
             if plain in PD_FLAGS:

@@ -361,3 +361,47 @@ def test_a_plain_layout_and_a_pd_layout_share_no_port():
     two = {**H200_ONE, "gpu_count": 2}
     with pytest.raises(PlanError, match=r"both listen on port 8998 \(prefill bootstrap of pd1"):
         plan([lay, other], llama8b(), hardware=two, serving=DEMO_SERVING)
+
+
+# Values of every type at every key of a pd layout: it plans or refuses with a message, never a
+# raw Python error (KeyError, TypeError, ...).
+ODD_VALUES = [None, "", "x", 0, -1, 1.5, True, [], [1], {}, {"a": 1}, "a\nb"]
+ROLE_KEYS = ("tp", "pp", "ep", "dp", "enable_dp_attention", "nnodes", "replicas", "mem_fraction_static")
+ROLE_KEYS += ("gpus", "port", "bootstrap_port", "args", "env")
+
+
+def _pd_paths():
+    yield ("pd",)
+    for key in ("prefill", "decode", "transfer_backend", "ib_device", "router", "share_gpus"):
+        yield ("pd", key)
+    for role in ("prefill", "decode"):
+        for key in ROLE_KEYS:
+            yield ("pd", role, key)
+    for key in ("policy", "prefill_policy", "decode_policy"):
+        yield ("pd", "router", key)
+
+
+def test_no_raw_python_error_for_pd_values_of_any_type():
+    from sglang_layouts.plan_validate import plan_outcome
+
+    raw = []
+    for path in _pd_paths():
+        for value in ODD_VALUES:
+            lay = json.loads(json.dumps(SHARED))
+            node = lay
+            for step in path[:-1]:
+                node = node[step]
+            node[path[-1]] = value
+            inputs = {
+                "host": "h",
+                "model": llama8b(),
+                "layouts": [lay],
+                "hardware": H200_ONE,
+                "serving": DEMO_SERVING,
+                "sglang_version": "0.5.16",
+            }
+            try:
+                plan_outcome(inputs)
+            except Exception as e:  # anything but a PlanError (which plan_outcome turns into data)
+                raw.append(f"{'.'.join(path)} = {value!r}: {type(e).__name__}: {e}")
+    assert not raw, "\n".join(raw[:20])
