@@ -165,8 +165,9 @@ def plan_pd_layout(
         hw = dict(hardware)
         if role == "decode" and pd["share_gpus"] and blocks and placed.get("prefill"):
             shared = set(gpus0) & set(placed["prefill"][0][1])
-            if shared:
-                left = 1 - _float(roles["prefill"][SGLANG.fraction_key], "mem_fraction_static")
+            left = 1 - _float(roles["prefill"][SGLANG.fraction_key], "mem_fraction_static")
+            # a prefill fraction outside (0, 1) is refused in the prefill role's own reasons
+            if shared and 0 < left < 1:
                 hw["gpu_memory_gib"] = round(hardware["gpu_memory_gib"] * left, 2)
                 notes.append(
                     f"{name}: decode shares GPU(s) {sorted(shared)} with prefill and starts after it: planned on "

@@ -405,3 +405,12 @@ def test_no_raw_python_error_for_pd_values_of_any_type():
             except Exception as e:  # anything but a PlanError (which plan_outcome turns into data)
                 raw.append(f"{'.'.join(path)} = {value!r}: {type(e).__name__}: {e}")
     assert not raw, "\n".join(raw[:20])
+
+
+def test_a_prefill_fraction_out_of_range_is_the_prefill_roles_reason():
+    lay = shared()
+    lay["pd"]["prefill"]["mem_fraction_static"] = 1.5
+    pd = entry(plan([lay], llama8b(), hardware=H200_ONE, serving=DEMO_SERVING), "pd1")
+    assert pd["verdict"] == "invalid"
+    assert "pd1: prefill: mem_fraction_static must be between 0 and 1, not 1.5." in pd["reasons"]
+    assert pd["pd"]["decode"]["gpu_memory_gib"] == 139.8  # not planned on what a bad fraction leaves
