@@ -414,3 +414,17 @@ def test_a_prefill_fraction_out_of_range_is_the_prefill_roles_reason():
     assert pd["verdict"] == "invalid"
     assert "pd1: prefill: mem_fraction_static must be between 0 and 1, not 1.5." in pd["reasons"]
     assert pd["pd"]["decode"]["gpu_memory_gib"] == 139.8  # not planned on what a bad fraction leaves
+
+
+def test_a_pd_unit_name_taken_by_another_layout_is_refused():
+    other = {"name": "pd1-router", "tp": 1, "gpus": [1], "port": 31500}
+    with pytest.raises(
+        PlanError, match=r"layouts 'pd1' and 'pd1-router' both map to the unit sglang-llama-8b-pd1-router"
+    ):
+        plan([shared(), other], llama8b(), hardware={**H200_ONE, "gpu_count": 2}, serving=DEMO_SERVING)
+
+
+def test_servers_on_other_hosts_need_a_public_bind(repo):
+    lay = {"name": "pd", "pd": {"prefill": {"tp": 8}, "decode": {"tp": 8}}}
+    with pytest.raises(PlanError, match=r"its servers on h2 bind 127.0.0.1, but the router on h calls them"):
+        plan([lay], kimi(repo), serving=DEMO_SERVING, hosts=("h", "h2"))
