@@ -1382,6 +1382,80 @@ SECOND_ROUND = [
 ]
 CASES += SECOND_ROUND
 
+
+def _pd(**pd):
+    """A pd layout (prefill/decode disaggregation) of two tp8 roles, with `pd` keys changed."""
+    return [{"name": "pd", "pd": {"prefill": {"tp": 8}, "decode": {"tp": 8}, **pd}}]
+
+
+# --- issue 29: pd layouts (prefill/decode disaggregation), the planner's refusals
+PD_CASES = [
+    Case(
+        "pd-transfer-backend-unknown",
+        "pd.transfer_backend that the host's SGLang does not offer",
+        {"sglang_layouts": _pd(transfer_backend="rdma")},
+        "error",
+        ["pd.transfer_backend 'rdma' is not one SGLang", "mooncake_tcp"],
+    ),
+    Case(
+        "pd-tp-mismatch-gqa",
+        "prefill and decode with different tp on a non-MLA model",
+        {
+            "sglang_model": {"name": "llama", "path": "/models/llama", "hf_config_file": "{tmp}/config.json"},
+            "sglang_layouts": [{"name": "pd", "pd": {"prefill": {"tp": 2}, "decode": {"tp": 4}}}],
+        },
+        "invalid",
+        ["pd: prefill tp 2 and decode tp 4 differ on LlamaForCausalLM", "same tp"],
+        files={"config.json": LLAMA_CONFIG},
+    ),
+    Case(
+        "pd-port-collision",
+        "a decode server's port on a prefill server's port",
+        {"sglang_layouts": _pd(decode={"tp": 8, "port": 30001}, share_gpus=True)},
+        "error",
+        ["port 30001 on", "is both the HTTP port of prefill 0 and the HTTP port of decode 0"],
+    ),
+    Case(
+        "pd-bootstrap-port-collision",
+        "pd.prefill.bootstrap_port on the router's port",
+        {"sglang_layouts": _pd(prefill={"tp": 8, "bootstrap_port": 30000}, share_gpus=True)},
+        "error",
+        ["port 30000 on", "is both the bootstrap port of prefill 0 and the HTTP port of router"],
+    ),
+    Case(
+        "pd-shared-gpus",
+        "prefill and decode on the same GPUs without pd.share_gpus",
+        {
+            "sglang_layouts": _pd(
+                prefill={"tp": 8, "gpus": list(range(8))}, decode={"tp": 8, "gpus": list(range(8))}
+            )
+        },
+        "invalid",
+        ["is used by prefill 0 and decode 0", "pd.share_gpus: true"],
+    ),
+    Case(
+        "pd-shared-fractions-over-one",
+        "pd.share_gpus with mem_fraction_static that add up to more than 1",
+        {
+            "sglang_layouts": _pd(
+                prefill={"tp": 8, "mem_fraction_static": 0.5},
+                decode={"tp": 8, "mem_fraction_static": 0.6},
+                share_gpus=True,
+            )
+        },
+        "invalid",
+        ["mem_fraction_static add up to 0.5 (prefill) + 0.6 (decode) = 1.10 > 1"],
+    ),
+    Case(
+        "pd-disaggregation-flag-in-args",
+        "--disaggregation-mode under a pd role's args:",
+        {"sglang_layouts": _pd(decode={"tp": 8, "args": {"disaggregation_mode": "prefill"}})},
+        "error",
+        ["pd.decode.args.disaggregation_mode: set it with the role"],
+    ),
+]
+CASES += PD_CASES
+
 # Inputs the planner does not see, tested where they are refused: (id, what, expect, tests).
 OTHER_CASES = [
     (

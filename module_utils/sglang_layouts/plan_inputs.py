@@ -177,6 +177,134 @@ def normalize_layout(layout: dict) -> dict:
     return out
 
 
+# A pd layout (prefill/decode disaggregation, plan_pd.py): its own keys, and each role's.
+PD_LAYOUT_KEYS = {
+    "name": "unique name, used in the unit names",
+    "pd": "the prefill and decode roles, the transfer backend and the router",
+    "port": "the router's HTTP port (default sglang_base_port); the servers take the ports after it",
+    "args": "SGLang flags every server of both roles gets",
+    "env": "environment variables every server of both roles gets",
+}
+PD_KEYS = {
+    "prefill": "the prefill role: tp, dp, ep, pp, enable_dp_attention, nnodes, replicas, mem_fraction_static, ...",
+    "decode": "the decode role: the same keys as prefill",
+    "transfer_backend": "--disaggregation-transfer-backend (SGLang's default: mooncake)",
+    "ib_device": "--disaggregation-ib-device, when one is named",
+    "router": "the router's policies: policy, prefill_policy, decode_policy",
+    "share_gpus": "let the roles share GPUs (their mem_fraction_static then add up to at most 1)",
+}
+PD_ROLE_KEYS = {
+    "tp": LAYOUT_KEYS["tp"],
+    "pp": LAYOUT_KEYS["pp"],
+    "ep": LAYOUT_KEYS["ep"],
+    "dp": LAYOUT_KEYS["dp"],
+    "enable_dp_attention": LAYOUT_KEYS["enable_dp_attention"],
+    "nnodes": LAYOUT_KEYS["nnodes"],
+    "replicas": "servers of this role, each on a GPU block of its own",
+    "mem_fraction_static": "this role's --mem-fraction-static (default sglang_mem_fraction_static)",
+    "gpus": "device ids of the role's one replica (default: the next free GPU block)",
+    "port": "HTTP port of the role's first server (default: after the router's)",
+    "bootstrap_port": "prefill only: --disaggregation-bootstrap-port of its first server (SGLang's default 8998)",
+    "args": "SGLang flags of this role's servers",
+    "env": "environment variables of this role's servers",
+}
+PD_ROUTER_KEYS = ("policy", "prefill_policy", "decode_policy")
+# sglang-router's load-balancing policies
+PD_ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
+PD_DEFAULT_TRANSFER_BACKEND = "mooncake"  # SGLang 0.5.16's default
+PD_DEFAULT_BOOTSTRAP_PORT = 8998  # SGLang 0.5.16's default
+# set with pd's own keys, never under a role's args:
+PD_FLAGS = {
+    "disaggregation_mode": "the role (pd.prefill or pd.decode)",
+    "disaggregation_transfer_backend": "pd.transfer_backend",
+    "disaggregation_bootstrap_port": "pd.prefill.bootstrap_port",
+    "disaggregation_ib_device": "pd.ib_device",
+}
+
+
+def _unknown(keys, known, where: str, hint: str) -> None:
+    unknown = sorted(set(keys) - set(known))
+    if unknown:
+        hints = []
+        for key in map(str, unknown):
+            close = difflib.get_close_matches(key, list(known), n=1)
+            hints.append(f"{key}" + (f" (did you mean {close[0]}?)" if close else ""))
+        raise PlanError(f"{where} unknown key(s) {', '.join(hints)}. Known keys: {', '.join(known)}{hint}")
+
+
+def normalize_pd(layout: dict) -> dict:
+    """A pd layout: {name, pd: {prefill: {...}, decode: {...}, transfer_backend, ib_device, router,
+    share_gpus}, port, args, env}, checked key by key."""
+    base = normalize_layout({k: v for k, v in layout.items() if k != "pd" and k in LAYOUT_KEYS})
+    name = base["name"]
+    where = f"layout {name}:"
+    _unknown(
+        layout,
+        PD_LAYOUT_KEYS,
+        where,
+        "; a pd layout's tp, ep, dp, replicas ... go under pd.prefill and pd.decode",
+    )
+    pd = layout["pd"]
+    if not isinstance(pd, dict):
+        raise PlanError(f"{where} pd must be a mapping with prefill: and decode:, not {kind_of(pd)}")
+    _unknown(pd, PD_KEYS, f"{where} pd:", "")
+    out = {
+        "transfer_backend": str(pd.get("transfer_backend") or PD_DEFAULT_TRANSFER_BACKEND),
+        "ib_device": None if pd.get("ib_device") in (None, "") else str(pd["ib_device"]),
+        "share_gpus": _bool(pd.get("share_gpus", False), f"{where} pd.share_gpus"),
+    }
+    check_text(out["transfer_backend"], where, "pd.transfer_backend")
+    check_text(out["ib_device"], where, "pd.ib_device")
+    router = pd.get("router") or {}
+    if not isinstance(router, dict):
+        raise PlanError(f"{where} pd.router must be a mapping of policies, e.g. {{policy: cache_aware}}")
+    _unknown(router, PD_ROUTER_KEYS, f"{where} pd.router:", "")
+    for key, value in router.items():
+        if str(value) not in PD_ROUTER_POLICIES:
+            raise PlanError(
+                f"{where} pd.router.{key} must be one of {', '.join(PD_ROUTER_POLICIES)}, not {value!r}"
+            )
+    out["router"] = {k: str(v) for k, v in router.items()}
+    for role in ("prefill", "decode"):
+        r = pd.get(role)
+        if not isinstance(r, dict):
+            raise PlanError(
+                f"{where} pd.{role} must be a mapping like {{tp: 4}} (a pd layout has a prefill and a decode "
+                f"role), not {kind_of(r)}"
+            )
+        known = {k: v for k, v in PD_ROLE_KEYS.items() if role == "prefill" or k != "bootstrap_port"}
+        _unknown(r, known, f"{where} pd.{role}:", "")
+        try:
+            shape = normalize_layout(
+                {"name": f"{name}-{role}", **{k: v for k, v in r.items() if k in LAYOUT_KEYS}}
+            )
+        except PlanError as e:  # said of the role's own key: pd.prefill.tp, not a layout of its own
+            raise PlanError(str(e).replace(f"layout {name}-{role}: ", f"{where} pd.{role}.", 1)) from None
+        for key in shape["args"]:
+            plain = str(key).lstrip("-").replace("-", "_")
+            if plain in PD_FLAGS:
+                raise PlanError(
+                    f"{where} pd.{role}.args.{key}: set it with {PD_FLAGS[plain]}, not under args:"
+                )
+        mfs = r.get("mem_fraction_static")
+        shape["mem_fraction_static"] = (
+            None if mfs is None else _float(mfs, f"{where} pd.{role}.mem_fraction_static")
+        )
+        shape["bootstrap_port"] = (
+            check_port(
+                r.get("bootstrap_port") or PD_DEFAULT_BOOTSTRAP_PORT, where, "pd.prefill.bootstrap_port"
+            )
+            if role == "prefill"
+            else None
+        )
+        out[role] = shape
+    for key in base["args"]:
+        plain = str(key).lstrip("-").replace("-", "_")
+        if plain in PD_FLAGS:
+            raise PlanError(f"{where} args.{key}: set it with {PD_FLAGS[plain]}, not under args:")
+    return {**base, "pd": out}
+
+
 def normalize_cluster(cluster: dict | None, host: str | None) -> dict:
     """The inventory group a multi-node layout spans: host names and addresses in inventory order."""
     cluster = dict(cluster or {})

@@ -239,3 +239,57 @@ def moe_dense_tp_rule(name: str, args: dict, par: dict, spec: ModelSpec, notes: 
                 f"{name}: moe_dense_tp_size 1 changes no weights of {spec.architecture} "
                 "(only DeepSeek-V2/V3 and GLM-4.5 models replicate their dense layers with it)."
             )
+
+
+# ---------------------------------------------------------------------------
+# Prefill/decode disaggregation (plan_pd.py)
+# ---------------------------------------------------------------------------
+
+
+def pd_tp_problems(pd: dict, spec: ModelSpec) -> list[str]:
+    """Prefill and decode must have one TP size unless the model's KV is MLA's latent vector.
+
+    A GQA/MHA KV cache is split by heads over the TP ranks: a decode rank of another TP size needs
+    slices of several prefill ranks, which SGLang's KV senders do not assemble on non-MLA models
+    (the transfer fails or waits until the bootstrap timeout). MLA keeps one latent vector per
+    token on every rank, so any TP pair works."""
+    tp_p, tp_d = pd["prefill"]["tp"], pd["decode"]["tp"]
+    if tp_p == tp_d or spec.family == "mla_moe":
+        return []
+    return [
+        f"prefill tp {tp_p} and decode tp {tp_d} differ on {spec.architecture}, whose KV cache is split by "
+        "heads over the TP ranks (not MLA): SGLang's KV transfer between different TP sizes fails or "
+        f"hangs until its bootstrap timeout. Give both roles the same tp (e.g. tp: {tp_d})."
+    ]
+
+
+def pd_gpu_problems(pd: dict, placed: dict, roles: dict, hosts: list) -> list[str]:
+    """GPUs used by more than one server of a pd layout: refused unless pd.share_gpus, and then the
+    servers' mem_fraction_static on one GPU must add up to at most 1."""
+    users: dict[tuple, list] = {}
+    for role, blocks in placed.items():
+        for index, (host_i, gpus) in enumerate(blocks):
+            for gpu in gpus:
+                users.setdefault((host_i, gpu), []).append((role, index))
+    out = []
+    for (host_i, gpu), who in sorted(users.items()):
+        if len(who) < 2:
+            continue
+        names = " and ".join(f"{role} {index}" for role, index in who)
+        if not pd["share_gpus"] or len({role for role, _ in who}) < len(who):
+            out.append(
+                f"GPU {gpu} of {hosts[host_i]} is used by {names}: the servers of a pd layout get GPUs of "
+                "their own; give the roles other gpus:, or set pd.share_gpus: true to let prefill and "
+                "decode share them."
+            )
+            break
+        fractions = [float(roles[role]["mem_fraction_static"]) for role, _ in who]
+        if sum(fractions) > 1:
+            shown = " + ".join(f"{f:g} ({role})" for f, (role, _) in zip(fractions, who, strict=True))
+            out.append(
+                f"GPU {gpu} of {hosts[host_i]} is shared by {names}, whose mem_fraction_static add up to "
+                f"{shown} = {sum(fractions):.2f} > 1: the second server finds no memory. Lower "
+                "pd.prefill.mem_fraction_static and pd.decode.mem_fraction_static to add up to at most 1."
+            )
+            break
+    return out

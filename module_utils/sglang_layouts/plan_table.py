@@ -83,14 +83,32 @@ def _gpus_available(plan: dict, e: dict) -> int:
     return plan["hardware"]["gpu_count"] * max(e["nnodes"], hosts, 1)
 
 
+def _pd_cells(plan: dict, e: dict) -> tuple:
+    """A pd layout's GPUs, weights, budget and KV cells: prefill's / decode's (one row)."""
+    p, d = e["pd"]["prefill"], e["pd"]["decode"]
+    gpus = plan["hardware"]["gpu_count"] * max(len(e["pd"].get("hosts") or []), 1)
+    return (
+        f"P{p['gpus_used']}+D{d['gpus_used']} of {gpus}",
+        f"{_fmt(p['weights_gib_per_gpu'])}/{_fmt(d['weights_gib_per_gpu'])}",
+        f"{_fmt(p['budget_gib'])}/{_fmt(d['budget_gib'])}",
+        f"{_fmt(p['kv_tokens'])}/{_fmt(d['kv_tokens'])}",
+    )
+
+
 def plan_table(plan: dict) -> list[str]:
     rows = [
         (
             e["name"],
-            f"{e['gpus_used']} of {_gpus_available(plan, e)}",
-            _fmt(e["weights_gib_per_gpu"]),
-            _fmt(e["budget_gib"]),
-            _fmt(e["kv_tokens"]),
+            *(
+                _pd_cells(plan, e)
+                if e.get("pd")
+                else (
+                    f"{e['gpus_used']} of {_gpus_available(plan, e)}",
+                    _fmt(e["weights_gib_per_gpu"]),
+                    _fmt(e["budget_gib"]),
+                    _fmt(e["kv_tokens"]),
+                )
+            ),
             _fmt((e.get("speed") or {}).get("single_tok_s")),
             _peak(e.get("speed")),
             e["verdict"],
@@ -114,6 +132,11 @@ def plan_table(plan: dict) -> list[str]:
         if not plan.get("speed_note")
         else f"  * {plan['speed_note']}"
     )
+    if any(e.get("pd") for e in plan["layouts"]):
+        out.append(
+            "  pd layouts: prefill/decode per cell (P+D GPUs; KV tokens per server: decode holds the "
+            "conversations, prefill only the prompts in flight)"
+        )
     for e in plan["layouts"]:
         for reason in e["reasons"]:
             out.append(f"  {e['verdict']}: {reason}")

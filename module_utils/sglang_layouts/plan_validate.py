@@ -313,6 +313,69 @@ def check_replica_reach(plan: dict, bind: str) -> None:
         )
 
 
+# ---------------------------------------------------------------------------
+# Prefill/decode disaggregation (plan_pd.py)
+# ---------------------------------------------------------------------------
+
+
+def check_pd_transfer_backend(name: str, backend: str, flag_table: dict) -> None:
+    """pd.transfer_backend: one of --disaggregation-transfer-backend's choices in the host's SGLang."""
+    version = flag_table.get("sglang_version", "?")
+    meta = (flag_table.get("flags") or {}).get("--disaggregation-transfer-backend")
+    if meta is None:
+        raise PlanError(
+            f"layout {name}: SGLang {version} has no --disaggregation-transfer-backend, so it cannot run a pd "
+            "layout. Pin an SGLang that has it (sglang_version: 0.5.16 or later)."
+        )
+    choices = [str(c) for c in meta.get("choices") or []]
+    if choices and backend not in choices:
+        raise PlanError(
+            f"layout {name}: pd.transfer_backend {backend!r} is not one SGLang {version} accepts "
+            f"(--disaggregation-transfer-backend: {', '.join(choices)}). Write e.g. mooncake (RDMA) or "
+            "mooncake_tcp (no RDMA)."
+        )
+
+
+def check_pd_ports(name: str, units: list, port_given: bool) -> None:
+    """Every port a pd layout opens on one host, once: servers' HTTP, prefill bootstrap, router's."""
+    seen: dict[tuple, str] = {}
+    given = "port" if port_given else "sglang_base_port"
+    for unit in units:
+        opened = [
+            (
+                unit["port"],
+                f"the HTTP port of {unit['role']} {unit['index'] if unit['index'] is not None else ''}",
+            )
+        ]
+        for extra in unit.get("ports") or []:
+            what = "bootstrap port" if unit["role"] == "prefill" else "metrics port (--prometheus-port)"
+            opened.append(
+                (extra, f"the {what} of {unit['role']} {unit['index'] if unit['index'] is not None else ''}")
+            )
+        for port, what in opened:
+            what = what.rstrip()
+            check_port(port, f"layout {name}:", what)
+            other = seen.get((unit["host"], port))
+            if other is not None:
+                raise PlanError(
+                    f"layout {name}: port {port} on {unit['host']} is both {other} and {what}: the second server "
+                    f"cannot bind it. Give pd.prefill.bootstrap_port, pd.<role>.port or the layout's {given} "
+                    "other values."
+                )
+            seen[(unit["host"], port)] = what
+
+
+def check_pd_reach(name: str, units: list, router_host, bind: str) -> None:
+    """The router calls servers on other hosts at their addresses: a loopback bind cannot answer."""
+    away = sorted({u["host"] for u in units if u["role"] != "router" and u["host"] != router_host})
+    if away and bind in LOOPBACK:
+        raise PlanError(
+            f"layout {name}: its servers on {', '.join(map(str, away))} bind {bind}, but the router on {router_host} "
+            "calls them at those hosts' addresses. Set sglang_host: 0.0.0.0 with sglang_api_key (vaulted), or "
+            "keep the layout on one host."
+        )
+
+
 def plan_outcome(inputs) -> dict:
     """{"plan": the plan document} or {"refused": the planner's message}: a refusal as data, which the
     role prints once (a raised filter error is printed with its whole cause chain)."""

@@ -145,7 +145,12 @@ def plan_layout(
 ) -> dict:
     """Verdict, memory per rank, KV capacity, argv and env of one layout (on one host of `cluster`).
 
-    args: are checked against the flags of SGLang sglang_version (the newest table when None)."""
+    args: are checked against the flags of SGLang sglang_version (the newest table when None).
+    A layout with a `pd:` key is prefill/decode disaggregation: plan_pd plans each of its roles here."""
+    if isinstance(layout, dict) and "pd" in layout:
+        from .plan_pd import plan_pd_layout  # it plans each role with this function
+
+        return plan_pd_layout(layout, spec, hardware, serving, cluster, sglang_version)
     lay = normalize_layout(layout)
     hardware = normalize_hardware(hardware)
     serving = normalize_serving(serving)
@@ -568,6 +573,8 @@ def _add_speed(plans: list[dict], hardware: dict, bench: dict | None) -> str | N
 
 def _units_here(p: dict, host: str | None) -> list[str]:
     """The units a layout really runs on this host: its own, or its replicas' and router's."""
+    if p.get("pd"):
+        return []  # planned, never started yet (plan_pd.py): no unit of it to conflict with
     if not p["placement"]["replicated"]:
         return [p["unit_name"]]
     return [unit["name"] for unit in units_on(p, host)]
@@ -593,7 +600,12 @@ def _unit_collisions(plans: list[dict]) -> None:
     """Two layouts (or a replica / router unit) whose names reduce to one unit: the second would replace the first."""
     seen: dict[str, str] = {}
     for p in plans:
-        for unit in dict.fromkeys([p["unit_name"], *(u["name"] for u in p["units"])]):
+        pd_units = [
+            u
+            for role in ("prefill", "decode", "router")
+            for u in (p.get("pd") or {}).get(role, {}).get("units", [])
+        ]
+        for unit in dict.fromkeys([p["unit_name"], *(u["name"] for u in [*p["units"], *pd_units])]):
             other = seen.get(unit)
             if other is not None and other != p["name"]:
                 raise PlanError(
@@ -607,6 +619,16 @@ def _unit_collisions(plans: list[dict]) -> None:
 def ports_of(p: dict, host: str | None = None) -> dict[int, str]:
     """Every TCP port a layout listens on on this host, with what listens there."""
     ports = {}
+    if p.get("pd"):
+        for role in ("prefill", "decode", "router"):
+            for unit in p["pd"][role]["units"]:
+                if host is None or unit["host"] == host:
+                    ports[unit["port"]] = (
+                        f"{role} {unit['index'] if unit['index'] is not None else ''}".rstrip()
+                    )
+                    for extra in unit["ports"]:
+                        ports[extra] = f"{role} {'bootstrap' if role == 'prefill' else 'metrics'}"
+        return ports
     if p.get("replicas"):
         for r in p["replicas"]:
             if host is None or r["host"] == host:
