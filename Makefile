@@ -90,8 +90,8 @@ test-checks-then-suites: $(STAMP)
 lint: $(STAMP) ## ruff, yamllint, ansible-lint (production profile, --strict): every warning fails
 	$(STAGE) lint ci/lint.sh
 
-unit: $(STAMP) ## pure-Python unit tests
-	$(STAGE) unit $(PY) -m pytest -q tests/unit
+unit: $(STAMP) ## pure-Python unit tests (two pytest-xdist workers: the lane integration waits on)
+	$(STAGE) unit $(PY) -m pytest -q -n 2 tests/unit
 
 integration: $(STAMP) ## playbooks driven through ansible-runner against the simulator
 	$(STAGE) integration $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests/integration
