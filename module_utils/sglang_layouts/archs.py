@@ -8,7 +8,7 @@ memory.py sizes the pools (``KV_POOLS``). docs/planner.md has the table for user
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # How SGLang 0.5.16 sizes the token pool (model_executor/pool_configurator.py):
 #   full       DefaultPoolConfigurator: every attention layer of the stage holds every token
@@ -55,29 +55,22 @@ class Arch:
 
 
 _A = Arch
+# DeepSeek V2 and V3 share SGLang's model file and every rule here
+_DEEPSEEK_V3 = _A(
+    "DeepseekV3ForCausalLM",
+    "mla_moe",
+    "models/deepseek_v2.py",
+    experts_key="n_routed_experts",
+    moe_layers="first_k_dense",
+    dense_fully_dp=True,
+    shared="n_shared",
+    correction_bias="noaux_tc",
+)
 ARCHS: dict[str, Arch] = {
     a.name: a
     for a in (
-        _A(
-            "DeepseekV3ForCausalLM",
-            "mla_moe",
-            "models/deepseek_v2.py",
-            experts_key="n_routed_experts",
-            moe_layers="first_k_dense",
-            dense_fully_dp=True,
-            shared="n_shared",
-            correction_bias="noaux_tc",
-        ),
-        _A(
-            "DeepseekV2ForCausalLM",
-            "mla_moe",
-            "models/deepseek_v2.py",
-            experts_key="n_routed_experts",
-            moe_layers="first_k_dense",
-            dense_fully_dp=True,
-            shared="n_shared",
-            correction_bias="noaux_tc",
-        ),
+        _DEEPSEEK_V3,
+        replace(_DEEPSEEK_V3, name="DeepseekV2ForCausalLM"),
         _A("Qwen3MoeForCausalLM", "gqa_moe", "models/qwen3_moe.py", moe_layers="sparse_step", qk_norm="head"),
         _A("LlamaForCausalLM", "dense", "models/llama.py", moe_layers="none"),
         _A("MistralForCausalLM", "dense", "models/llama.py", moe_layers="none"),
