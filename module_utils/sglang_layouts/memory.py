@@ -237,7 +237,7 @@ def _unchecked(spec: ModelSpec) -> str | None:
     """What no H200 record has pinned for this model (speed.py adds it to the plan's assumptions)."""
     why = []
     if not spec.arch.moe_kernel_checked:
-        why.append(f"{spec.architecture}'s kernels (no speed record of this architecture yet)")
+        why.append(f"{spec.architecture}'s kernels (no H200 record of this architecture meets the target)")
     if spec.quant.method in ("mxfp4", "nvfp4", "awq", "gptq", "fp8_tensor", "fp8_channel"):
         why.append(f"the {spec.quant.method} kernel path (efficiency priors of bf16 / fp8 block)")
     if spec.kv_pool in ("hybrid_swa", "linear"):

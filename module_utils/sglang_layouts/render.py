@@ -52,6 +52,16 @@ def is_deprecated(table_flags: dict, flag: str) -> bool:
     return bool((table_flags.get(flag) or {}).get("deprecated"))
 
 
+def current_spelling(table_flags: dict, flag: str) -> str:
+    """flag as the release spells it today: a deprecated alias becomes the flag its table names
+    (SGLang 0.5.16: `--cuda-graph-max-bs` is an alias of `--cuda-graph-max-bs-decode`), so a unit
+    never makes the parser warn; any other flag is itself."""
+    new = (table_flags.get(flag) or {}).get("deprecated")
+    if isinstance(new, str) and new.startswith("--") and new in table_flags:
+        return new
+    return flag
+
+
 def dp_attention_flags(table_flags: dict, dp: int, enabled: bool) -> list[str]:
     """DP width and DP-attention as the release spells them.
 
@@ -99,7 +109,7 @@ def _sglang_argv(
     _add_serving_flags(flags, serving, args, sglang_serving)
     if serving.get("grammar_backend") is not None and "--grammar-backend" not in args:
         flags += ["--grammar-backend", str(serving["grammar_backend"])]
-    return _append_args(flags, args)
+    return _append_args(flags, {current_spelling(table_flags, f): v for f, v in args.items()})
 
 
 def _add_serving_flags(flags: list[str], serving: dict, args: dict, flag_keys: dict) -> None:

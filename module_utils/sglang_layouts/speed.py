@@ -161,7 +161,28 @@ READ_FLAGS = (
     "--max-running-requests",
     "--chunked-prefill-size",
     "--attention-backend",
+    "--cuda-graph-max-bs",
+    "--cuda-graph-max-bs-decode",
 )
+
+
+def sglang_size_defaults(gpu_memory_gib: float, tp: int) -> tuple[int, int]:
+    """(chunked_prefill_size, decode CUDA-graph max batch) SGLang picks when neither flag is given.
+
+    SGLang 0.5.16 server_args.py, ServerArgs._handle_gpu_memory_settings: by the GPU's memory in
+    MiB (<20 Gi: 2048 / 8; <35 Gi: 2048 / 24, 80 from tp 4; <60 Gi: 4096 / 32, 160 from tp 4;
+    <160 Gi: 8192 / 256, 512 from tp 4; larger: 16384 / 512). The scheduler never runs more than
+    max_running_requests, so the graphs it captures stop there."""
+    mib = gpu_memory_gib * 1024
+    if mib < 20 * 1024:
+        return 2048, 8
+    if mib < 35 * 1024:
+        return 2048, 24 if tp < 4 else 80
+    if mib < 60 * 1024:
+        return 4096, 32 if tp < 4 else 160
+    if mib < 160 * 1024:
+        return 8192, 256 if tp < 4 else 512
+    return 16384, 512
 
 
 def prediction_key(layout_plan: dict, hardware: dict, bench: dict | None) -> str:
@@ -215,7 +236,11 @@ class SpeedModel:
         self.max_running = int(mrr) if mrr else None
         cps = _flag(argv, "--chunked-prefill-size")
         cap = float(hardware.get("gpu_memory_gib") or 80)
-        self.chunk = int(cps) if cps else (8192 if cap >= 60 else 4096)
+        default_chunk, default_graph_bs = sglang_size_defaults(cap, int(cost.get("tp") or 1))
+        self.chunk = int(cps) if cps else default_chunk
+        # a decode batch above the largest captured graph runs eager (the host launches every kernel)
+        gbs = _flag(argv, "--cuda-graph-max-bs-decode") or _flag(argv, "--cuda-graph-max-bs")
+        self.graph_max_bs = int(gbs) if gbs else default_graph_bs
         self.dummy = bool(layout_plan.get("dummy_weights"))
         self.collapsed = self.dummy and bool(cost.get("router_correction_bias"))
         self.family = str(cost.get("family") or "gqa")
@@ -379,6 +404,10 @@ class SpeedModel:
         """Scheduler CPU of one step (or PP micro-batch) of `batch` requests, when it is not hidden."""
         return c("t_cpu_sched_ms") * 1e-3 + batch * c("t_cpu_sched_per_req_us") * 1e-6
 
+    def graphed(self, batch: int) -> bool:
+        """Whether a decode step of `batch` requests replays a CUDA graph."""
+        return self.cuda_graph and batch <= self.graph_max_bs
+
     def decode_terms(self, batch: int, kv_tokens_in_use: float = 0.0) -> dict:
         """Seconds per decode step (each running request gets one token) and its terms."""
         batch = max(1, int(batch))
@@ -389,7 +418,7 @@ class SpeedModel:
             terms = self.stage_terms(self.stages[0], batch, kv_tokens_in_use) if self.stages else {}
             gpu = self._stage_time(terms) + t_fixed if terms else t_fixed
             cpu = 0.0 if self.overlap else t_cpu
-            if not self.cuda_graph:
+            if not self.graphed(batch):
                 host = self._host_floor([terms])
                 if host > gpu:
                     cpu += host - gpu
@@ -411,7 +440,7 @@ class SpeedModel:
                 step *= self.pp / (self.pp - 1)  # the return trip of the last micro-batch is never hidden
             step += t_fixed
             cpu = step - sum(times) - t_fixed
-        if not self.cuda_graph:
+        if not self.graphed(mb):
             step = max(step, self._host_floor(per_stage))
         return {**total, "cpu": max(0.0, cpu), "fixed": t_fixed, "step_s": step}
 
@@ -500,7 +529,9 @@ class SpeedModel:
         out = [
             f"GPU {self.gpu.get('pattern')}: {self.bw / 1e9:.0f} GB/s ({self.bw_source}), "
             f"{self.gpu['bf16_tflops']} bf16 TFLOP/s dense",
-            "CUDA graphs on" if self.cuda_graph else "CUDA graphs off: every kernel launched from the host",
+            f"CUDA graphs on for decode batches up to {self.graph_max_bs}, eager above"
+            if self.cuda_graph
+            else "CUDA graphs off: every kernel launched from the host",
             "overlap scheduler on"
             if self.overlap
             else "overlap scheduler off: scheduler CPU exposed each step",
