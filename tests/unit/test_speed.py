@@ -102,15 +102,21 @@ def test_a_decode_batch_above_the_largest_graph_runs_eager():
     """The H200 knob search (lease 2026-12-04b): with --cuda-graph-max-bs 32 its c64 level ran at
     790.8 tok/s, with 64 at 3230.3; the same layout below 32 requests did not differ."""
     serving = {"max_running_requests": 128}
-    g32 = speed.model_for(plan("qwen3-30b-a3b", H200, serving, tp=1, args={"cuda_graph_max_bs_decode": 32}), H200)[0]
-    g64 = speed.model_for(plan("qwen3-30b-a3b", H200, serving, tp=1, args={"cuda_graph_max_bs_decode": 64}), H200)[0]
+    g32 = speed.model_for(
+        plan("qwen3-30b-a3b", H200, serving, tp=1, args={"cuda_graph_max_bs_decode": 32}), H200
+    )[0]
+    g64 = speed.model_for(
+        plan("qwen3-30b-a3b", H200, serving, tp=1, args={"cuda_graph_max_bs_decode": 64}), H200
+    )[0]
     dflt = speed.model_for(plan("qwen3-30b-a3b", H200, serving, tp=1), H200)[0]
     assert (g32.graph_max_bs, g64.graph_max_bs, dflt.graph_max_bs) == (32, 64, 256)  # H200, tp < 4
     assert g32.decode_step(16) == g64.decode_step(16)
     assert g32.decode_step(64) > 2 * g64.decode_step(64)
     assert g64.decode_step(64) == dflt.decode_step(64)
     measured = {
-        f.name.rsplit("=", 1)[1]: {lv["concurrency"]: lv["output_tok_s"] for lv in json.loads(f.read_text())["levels"]}
+        f.name.rsplit("=", 1)[1]: {
+            lv["concurrency"]: lv["output_tok_s"] for lv in json.loads(f.read_text())["levels"]
+        }
         for f in SEARCH_H200.glob("*.json")
     }
     assert measured["32.json"][64] < 0.5 * measured["64.json"][64]
