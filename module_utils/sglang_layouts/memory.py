@@ -198,9 +198,13 @@ def allocation_sequence(spec: ModelSpec, layout_plan: dict, rank: int = 0) -> li
     lins = {lin.name.rsplit(".", 1)[1]: lin for lin in spec.linears if lin.component == "routed_experts"}
     experts_factor = shard_factor("experts", par, spec)
     seq: list[tuple[str, int]] = []
+    rope = rope_cache_bytes(spec)  # built with the stage's first attention layer (get_rope)
     for t in spec.tensors:
         if stage_of(t.stage, ranges) != stage:
             continue
+        if rope and t.stage >= 0:
+            seq.append(("rotary_emb.cos_sin_cache", rope))
+            rope = 0
         if t.component == "routed_experts" and spec.mode == "config":
             if not t.name.endswith("down_proj"):
                 continue  # gate/up are fused into w13; emitted with down_proj below
