@@ -4,7 +4,10 @@ Prints, per model: architecture, weight format, KV pool kind, predicted weights 
 KV tokens (and the sliding-window / state pool beside them): the "predicted" column of the H200
 check in docs/planner.md. After `make gpu-sweep` with arch-check.yml, the records' prediction /
 health.log_figures hold the same predicted figures beside the measured ones.
-Usage: .venv/bin/python benchmarks/plan_arch_check.py [GPU_MEMORY_GIB]
+With --lease DIR (a lease folder, e.g. benchmarks/results/h200-2026-12-04b) it prints below each
+row what that lease's start logged (DIR/logs/sglang-<model>-tp1.log: weights GiB, KV tokens, the
+sliding-window tokens or the state pool's requests) and the plan's error against it.
+Usage: .venv/bin/python benchmarks/plan_arch_check.py [GPU_MEMORY_GIB] [--lease DIR]
 """
 
 from __future__ import annotations
@@ -17,11 +20,31 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "module_utils"))
 
-from sglang_layouts import planner  # noqa: E402
+from sglang_layouts import logclass, planner  # noqa: E402
+
+
+def measured(log: Path) -> dict:
+    """What one start logged, read by the gate's own parser (logclass.startup_figures)."""
+    out: dict = {}
+    if not log.is_file():
+        return out
+    for line in log.read_text(errors="replace").splitlines():
+        out.update(logclass.startup_figures(line))
+    return out
+
+
+def _err(planned, real) -> str:
+    return f"{(planned - real) / real * 100:+.1f} %"
 
 
 def main() -> int:
-    gib = float(sys.argv[1]) if len(sys.argv) > 1 else 139.80  # torch's H200 capacity (docs/gpu-memory.md)
+    args = sys.argv[1:]
+    lease = None
+    if "--lease" in args:
+        i = args.index("--lease")
+        lease = Path(args[i + 1])
+        del args[i : i + 2]
+    gib = float(args[0]) if args else 139.80  # torch's H200 capacity (docs/gpu-memory.md)
     ladders = yaml.safe_load((REPO / "benchmarks/extra-vars/arch-check.yml").read_text())[
         "sglang_gpu_ladders"
     ]
@@ -58,6 +81,21 @@ def main() -> int:
                 f"{name:26} {doc['model']['architecture'][:22]:22} {doc['model']['quantization'][:42]:42} "
                 f"{pool.get('kind', '-'):10} {lay['weights_gib_per_gpu']!s:>8} {lay['kv_tokens']!s:>10}  {beside}"
                 + ("" if lay["verdict"] == "fits" else f"  [{lay['verdict']}: {'; '.join(lay['reasons'])}]")
+            )
+            if lease is None:
+                continue
+            real = measured(lease / "logs" / f"sglang-{name.replace('.', '-')}-{lay['name']}.log")
+            if "weights_gib" not in real or "kv_tokens" not in real:
+                print(f"{'':26} measured: not started in {lease}")
+                continue
+            extra = ""
+            if "swa_tokens" in real:
+                extra = f"  swa_tokens {real['swa_tokens']} ({_err(pool['swa_tokens'], real['swa_tokens'])})"
+            if "state_slots" in real:
+                extra = f"  state pool {real['state_slots']} requests ({_err(pool['state_slots'], real['state_slots'])})"
+            print(
+                f"{'':26} measured: {real['weights_gib']} GiB ({_err(lay['weights_gib_per_gpu'], real['weights_gib'])}), "
+                f"{real['kv_tokens']} KV tokens ({_err(lay['kv_tokens'], real['kv_tokens'])}){extra}"
             )
     return 0
 

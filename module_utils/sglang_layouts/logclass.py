@@ -648,14 +648,22 @@ _FIGURES = (
     ("kv_tokens", re.compile(r"max_total_num_tokens=([0-9]+)")),
     ("cuda_graph_gib", re.compile(r"Capture (?:\w+ )*(?:cuda|CUDA) graph end\..*mem usage=([0-9.]+) GB")),
     ("avail_gib_before_load", re.compile(r"Load weight begin\. avail mem=([0-9.]+) GB")),
+    # the pools beside the KV pool: hybrid sliding-window models, hybrid linear-attention models
+    (
+        "swa_tokens",
+        re.compile(r"Use sliding window memory pool\. full_layer_tokens=[0-9]+, swa_layer_tokens=([0-9]+)"),
+    ),
+    ("state_slots", re.compile(r"Mamba Cache is allocated\. max_mamba_cache_size: ([0-9]+)")),
 )
+_COUNTS = ("kv_tokens", "swa_tokens", "state_slots")
 
 
 def startup_figures(line: str) -> dict:
-    """{name: value} of the start-up figures one line logs (weights GiB, KV tokens, graph GiB)."""
+    """{name: value} of the start-up figures one line logs (weights GiB, KV tokens, graph GiB, and the
+    sliding-window tokens or linear-attention state requests of a hybrid pool)."""
     out = {}
     for name, pattern in _FIGURES:
         m = pattern.search(line)
         if m:
-            out[name] = int(m.group(1)) if name == "kv_tokens" else float(m.group(1))
+            out[name] = int(m.group(1)) if name in _COUNTS else float(m.group(1))
     return out

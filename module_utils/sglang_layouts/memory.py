@@ -7,7 +7,7 @@ pool; whatever the weights leave is the pool (docs/kimi-k2-memory.md 5, 6).
 from __future__ import annotations
 
 from .archs import MAMBA_FULL_MEMORY_RATIO, SWA_FULL_TOKENS_RATIO, linear_state_bytes_per_request
-from .model import GIB, STAGE_FIRST, STAGE_LAST, ModelSpec, PlanError, linear_bytes
+from .model import GIB, STAGE_FIRST, STAGE_LAST, ModelSpec, PlanError, linear_bytes, rope_cache_bytes
 
 # CUDA context, NCCL and cuBLAS workspaces: memory PyTorch cannot use. 1 GiB reproduces the seed's OOM
 # ("Tried to allocate 672.00 MiB" with 93.62 GiB allocated on a 94.97 GiB card needs 0.69-1.35 GiB).
@@ -67,14 +67,101 @@ def stage_of(stage: int, ranges: list[tuple[int, int]]) -> int:
     raise ValueError(stage)
 
 
-def stage_bytes(spec: ModelSpec, par: dict) -> list[dict[str, float]]:
-    """Per PP stage: bytes on one rank of that stage, by component."""
+def stage_bytes(
+    spec: ModelSpec, par: dict, engine: str = "sglang", gpu_name: str | None = None
+) -> list[dict[str, float]]:
+    """Per PP stage: bytes on one rank of that stage, by component.
+
+    Under SGLang each stage also holds the rotary cos/sin cache (model.rope_cache_bytes), and
+    gpt-oss's MXFP4 experts take the shape SGLang's MoE path gives them (mxfp4_moe_path)."""
     ranges = pp_layer_ranges(spec.num_layers, par["pp"], par.get("pp_layer_partition"))
     stages: list[dict[str, float]] = [{} for _ in ranges]
+    path = mxfp4_moe_path(spec, par, engine, gpu_name)
     for t in spec.tensors:
+        if path and t.component == "routed_experts":
+            continue  # replaced below by the path's own shapes
         s = stages[stage_of(t.stage, ranges)]
         s[t.component] = s.get(t.component, 0.0) + t.nbytes * shard_factor(t.shard, par, spec)
+    if engine != "sglang":
+        return stages
+    rope = rope_cache_bytes(spec)
+    for i, (a, b) in enumerate(ranges):
+        if path:
+            moe = sum(1 for layer in range(a, b + 1) if spec.is_moe_layer(layer))
+            stages[i]["routed_experts"] = moe * mxfp4_expert_bytes(spec, par, path)
+        if rope:
+            stages[i]["rope_cache"] = float(rope)
     return stages
+
+
+# gpt-oss's MXFP4 MoE in SGLang 0.5.16: server_args / arg_groups/overrides.py picks the runner
+# (moe_runner_backend auto): SM100 -> flashinfer_mxfp4; Hopper with ep_size 1 and triton_kernels
+# installed -> triton_kernel; Hopper with ep > 1 stays auto, and Mxfp4MoEMethod.process_weights_after_loading
+# then upcasts the experts to bf16 (upcast_from_mxfp). Only the Hopper paths change the bytes here.
+HOPPER_GPU_NAMES = ("H100", "H200", "H800", "H20", "GH200")
+MXFP4_PATHS = ("triton_kernels", "bf16_upcast")
+
+
+def mxfp4_moe_path(spec: ModelSpec, par: dict, engine: str, gpu_name: str | None) -> str | None:
+    """Which of MXFP4_PATHS SGLang's Mxfp4MoEMethod takes for this layout, None when the checkpoint's
+    MXFP4 bytes stand (other engines, other GPUs, unknown GPU)."""
+    if engine != "sglang" or spec.quant.method != "mxfp4" or not spec.is_moe:
+        return None
+    name = str(gpu_name or "").upper()
+    if not any(g in name for g in HOPPER_GPU_NAMES):
+        return None
+    return "triton_kernels" if par["ep"] == 1 else "bf16_upcast"
+
+
+def weights_assumptions(spec: ModelSpec, par: dict, engine: str, gpu_name: str | None) -> list[str]:
+    """What the weight figure of this layout does not model, said in the plan (docs/planner.md)."""
+    path = mxfp4_moe_path(spec, par, engine, gpu_name)
+    if path == "triton_kernels":
+        return [
+            "weights: MXFP4 experts on SGLang's triton_kernels path (Hopper, ep 1) are modelled as "
+            "mxfp4.py leaves them (Hopper-swizzled padded values, swizzled scales beside the original "
+            "ones, fp32 biases); not modelled: the free fragments PyTorch's caching allocator keeps "
+            "after each layer's swizzle (its temporaries are freed, torch.cuda.empty_cache releases only "
+            "whole segments). On one H200 (gpt-oss-120b, tp1, 36 MoE layers) the start used 4.7 GiB "
+            "(7 %) more than this figure and its KV pool was that much smaller; read the planned KV "
+            "tokens as an upper bound on this path"
+        ]
+    if path == "bf16_upcast":
+        return [
+            "weights: with ep > 1 on Hopper SGLang's Mxfp4MoEMethod upcasts the MXFP4 experts to bf16 "
+            "(mxfp4.py process_weights_after_loading, upcast_from_mxfp); modelled from the source, "
+            "not yet checked on a GPU"
+        ]
+    return []
+
+
+def _up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def mxfp4_expert_bytes(spec: ModelSpec, par: dict, path: str) -> int:
+    """One MoE layer's routed experts on one rank after SGLang's Mxfp4MoEMethod (mxfp4.py):
+    create_weights pads each rank's intermediate slice to a multiple of 64 (triton_kernels alignment),
+    then process_weights_after_loading:
+
+    triton_kernels  biases to fp32; w13 / w2 values swizzled into HopperMXValueLayout (both matrix dims
+                    padded to 64, same bytes otherwise) replacing the originals; the scales swizzled
+                    into HopperMXScaleLayout (M padded to 2 x num_warps(8) x 2 x 8 = 256, K to 2) held
+                    by the PrecisionConfig while the original w13/w2_weight_scale stay registered
+                    (triton_kernels tensor_details/layout_details/hopper_value.py, hopper_scale.py)
+    bf16_upcast     upcast_from_mxfp: w13 / w2 in bf16, scales deleted, biases bf16
+    """
+    c = spec.config
+    e = spec.n_experts // max(par["ep"], 1)
+    h = int(c["hidden_size"])
+    moe_tp = par.get("moe_tp") or max(par["tp"] // max(par["ep"], 1), 1)
+    ip = _up(int(c[spec.arch.expert_inter_key]) // moe_tp, 64)
+    if path == "bf16_upcast":
+        return e * (3 * h * ip + 2 * ip + h) * 2
+    values = e * (_up(h // 2, 64) * _up(2 * ip, 64) + _up(ip // 2, 64) * _up(h, 64))
+    scales = e * (2 * ip * (h // 32) + h * (ip // 32))
+    swizzled = e * (_up(2 * ip, 256) * _up(h // 32, 2) + _up(h, 256) * _up(ip // 32, 2))
+    return values + scales + swizzled + e * (2 * ip + h) * 4
 
 
 def largest_layer_bytes(spec: ModelSpec, par: dict) -> float:
@@ -111,9 +198,13 @@ def allocation_sequence(spec: ModelSpec, layout_plan: dict, rank: int = 0) -> li
     lins = {lin.name.rsplit(".", 1)[1]: lin for lin in spec.linears if lin.component == "routed_experts"}
     experts_factor = shard_factor("experts", par, spec)
     seq: list[tuple[str, int]] = []
+    rope = rope_cache_bytes(spec)  # built with the stage's first attention layer (get_rope)
     for t in spec.tensors:
         if stage_of(t.stage, ranges) != stage:
             continue
+        if rope and t.stage >= 0:
+            seq.append(("rotary_emb.cos_sin_cache", rope))
+            rope = 0
         if t.component == "routed_experts" and spec.mode == "config":
             if not t.name.endswith("down_proj"):
                 continue  # gate/up are fused into w13; emitted with down_proj below
@@ -148,7 +239,10 @@ def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hard
     for i, comps in enumerate(stages):
         experts = comps.get("routed_experts", 0.0)
         # the embedding is a gather (a few rows), not a full read
-        dense = sum(v for k, v in comps.items() if k not in ("routed_experts", "embed", "vision"))
+        # and the rope cache only a few rows per token
+        dense = sum(
+            v for k, v in comps.items() if k not in ("routed_experts", "embed", "vision", "rope_cache")
+        )
         a, b = ranges[i]
         n_layers = b - a + 1
         moe_layers = sum(1 for layer in range(a, b + 1) if spec.is_moe_layer(layer))

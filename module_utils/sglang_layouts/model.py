@@ -663,6 +663,37 @@ def _linears(spec: ModelSpec) -> list[Linear]:
     return out
 
 
+def rope_cache_bytes(spec: ModelSpec) -> int:
+    """SGLang's rotary cos/sin cache on one rank: fp32 on CUDA, rows x rotary_dim, one per distinct
+    get_rope key (layers/rotary_embedding/factory.py _ROPE_DICT, base.py _compute_cos_sin_cache).
+
+    Rows: max_position_embeddings (default, llama3); x factor for linear and dynamic scaling;
+    original_max_position_embeddings x factor for yarn / deepseek_yarn (yarn.py). Llama 4's
+    10,485,760 positions x 128 make 5 GiB of it, none of it in the checkpoint."""
+    c = spec.config
+    max_pos = int(c.get("max_position_embeddings") or 8192)
+    if spec.family == "mla_moe":
+        dim = int(c["qk_rope_head_dim"])
+    elif c.get("rotary_dim"):
+        dim = int(c["rotary_dim"])  # MiniMax-M2 (minimax_m2.py)
+    else:
+        dim = int(spec.head_dim * float(c.get("partial_rotary_factor") or 1.0))
+    if spec.architecture == "Gemma3ForCausalLM":
+        # gemma3_causal.py: a local and a global rope, both "default" (config's scaling ignored)
+        return 2 * max_pos * dim * 4
+    scaling = c.get("rope_scaling") or c.get("rope_parameters") or {}
+    kind = (
+        str(scaling.get("rope_type") or scaling.get("type") or "default") if isinstance(scaling, dict) else ""
+    )
+    factor = float(scaling.get("factor") or 1.0) if isinstance(scaling, dict) else 1.0
+    rows = max_pos
+    if kind in ("linear", "dynamic"):
+        rows = int(max_pos * factor)
+    elif kind in ("yarn", "deepseek_yarn"):
+        rows = int(int(scaling.get("original_max_position_embeddings") or max_pos) * factor)
+    return rows * dim * 4
+
+
 def linear_bytes(quant: Quantization, lin: Linear, layer: int | str = 0) -> int:
     """Bytes of one linear (all its experts) as stored: weight + scales (QUANT_METHODS)."""
     name = lin.name.replace(".L.", f".{layer}.").replace(".E.", ".0.")

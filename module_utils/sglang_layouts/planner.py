@@ -28,6 +28,7 @@ from .memory import (
     largest_layer_bytes,
     pp_layer_ranges,
     stage_bytes,
+    weights_assumptions,
 )
 from .model import (
     GIB,
@@ -218,6 +219,8 @@ def plan_layout(
         "nodes": par.get("nodes", [cluster["host"]] if cluster["host"] else []),
         "parallel": par,
         "weights_gib_per_gpu": None,
+        # what the weight figure leaves out on this layout's path (memory.weights_assumptions)
+        "weights_assumptions": [],
         "budget_gib": _r(budget),
         "kv_tokens": None,
         "kv_tokens_total": None,
@@ -257,7 +260,9 @@ def plan_layout(
         return plan
 
     # -- memory per rank -----------------------------------------------------
-    stages = stage_bytes(spec, par)
+    stages = stage_bytes(spec, par, eng.name, hardware.get("gpu_name"))
+    plan["weights_assumptions"] = weights_assumptions(spec, par, eng.name, hardware.get("gpu_name"))
+    notes += [f"{lay['name']}: {a}" for a in plan["weights_assumptions"]]
     ranges = pp_layer_ranges(spec.num_layers, par["pp"], par["pp_layer_partition"])
     kvb = kv_dtype_bytes(spec, eff.get("kv_cache_dtype"))
     ranks = []

@@ -158,7 +158,7 @@ def test_seed_pd_argv_against_sglang_0_5_16(seed):
 def test_seed_pd_is_one_row_of_the_plan_table(seed):
     lines = plan_table(seed)
     row = next(line for line in lines if line.startswith("pd-8-16 "))
-    assert "P8+D16 of 24" in row and "166,183/166,183" in row and "planned" in row
+    assert "P8+D16 of 24" in row and "165,228/165,228" in row and "planned" in row
     assert NOT_DEPLOYED in row
     assert sum(line.startswith("pd-8-16 ") for line in lines) == 1
 
