@@ -94,7 +94,7 @@ unit: $(STAMP) ## pure-Python unit tests (two pytest-xdist workers: the lane int
 	$(STAGE) unit $(PY) -m pytest -q -n 2 tests/unit
 
 integration: $(STAMP) ## playbooks driven through ansible-runner against the simulator
-	$(STAGE) integration $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests/integration
+	$(STAGE) integration $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/integration
 
 conformance: $(STAMP) $(ORACLE_STAMP) ## SGLang's own parser and bench_serving against our argv and simulator [SGLANG_VERSION=0.5.16]
 	SGLANG_ORACLE_PY=$(abspath $(ORACLE_PY)) SGLANG_ORACLE_VERSION=$(SGLANG_VERSION) $(STAGE) conformance $(PY) -m pytest -q tests/conformance

@@ -4,6 +4,10 @@
 #   ci/stage.sh summary             print "stage <name>: <seconds> s" for every stage recorded, in
 #                                   the order they started ("(failed)" after a non-zero status)
 # Records live in $STAGES_DIR (default build/stages), one file per stage; `make test` empties it first.
+# Where the cgroup v1 cpuacct controller is writable (root), each stage runs in a cgroup of its own
+# and the summary also prints "cpu <name>: <seconds> s", the CPU time of the stage's processes
+# (containers, which podman puts in cgroups of their own, not included): on a busy 2-core box
+# the wall seconds of stages that overlap say little about what each costs.
 set -uo pipefail
 DIR=${STAGES_DIR:-$(cd "$(dirname "$0")/.." && pwd)/build/stages}
 mkdir -p "$DIR"
@@ -12,8 +16,11 @@ if [[ ${1:-} == summary ]]; then
   files=("$DIR"/*.stage)
   [[ ${#files[@]} -gt 0 ]] || { echo "stage: none recorded in $DIR"; exit 0; }
   # each file: start end status name
-  for f in "${files[@]}"; do cat "$f"; echo; done | sort -n | while read -r start end status name; do
+  for f in "${files[@]}"; do cat "$f"; echo; done | sort -n | {
+  cpu=""
+  while read -r start end status name; do
     [[ -n $name ]] || continue
+    [[ -s $DIR/$name.cpu ]] && cpu+="cpu $name: $(cat "$DIR/$name.cpu") s"$'\n'
     if [[ $end == - ]]; then
       echo "stage $name: $(($(date +%s) - start)) s (did not finish)"
     elif [[ $status == 0 ]]; then
@@ -22,6 +29,8 @@ if [[ ${1:-} == summary ]]; then
       echo "stage $name: $((end - start)) s (failed, exit $status)"
     fi
   done
+  printf '%s' "$cpu"
+  }
   exit 0
 fi
 name=${1:?usage: ci/stage.sh NAME CMD... | summary}
@@ -29,7 +38,16 @@ shift
 [[ $name =~ ^[a-z0-9_-]+$ ]] || { echo "stage: bad name '$name'" >&2; exit 2; }
 start=$(date +%s)
 printf '%s - - %s' "$start" "$name" >"$DIR/$name.stage"
+ACCT=/sys/fs/cgroup/cpuacct
+cg=$ACCT/sglang-layouts-stage-$name-$$
+if [[ -w $ACCT/tasks ]] && mkdir "$cg" 2>/dev/null && ! echo $$ >"$cg/tasks" 2>/dev/null; then
+  rmdir "$cg" 2>/dev/null
+fi
 "$@"
 status=$?
+if [[ -r $cg/cpuacct.usage ]]; then
+  echo $(($(cat "$cg/cpuacct.usage") / 1000000000)) >"$DIR/$name.cpu"
+  echo $$ >"$ACCT/tasks" 2>/dev/null && rmdir "$cg" 2>/dev/null # busy while a process of the stage lives on
+fi
 printf '%s %s %s %s' "$start" "$(date +%s)" "$status" "$name" >"$DIR/$name.stage"
 exit "$status"

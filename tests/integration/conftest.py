@@ -16,6 +16,34 @@ from tests.helpers.net import free_port
 from tests.helpers.playbook import REPO
 from tests.helpers.playbook import run_playbook as _run_playbook
 
+# make integration runs the files on two pytest-xdist workers (--dist loadfile), each file on one worker,
+# handed out in collection order (--no-loadscope-reorder: xdist would otherwise order them by their
+# number of tests, which put the few long sweeps last). Longest first, so that no long file starts
+# last on one worker while the other has nothing left: seconds of each file's tests on two workers
+# of an idle 2-core box (pytest --durations=0, 2026-12-04). A file not listed counts as a minute.
+FILE_SECONDS = {
+    "test_sweep.py": 204,
+    "test_service_process.py": 106,
+    "test_search_sweep.py": 92,
+    "test_plan.py": 90,
+    "test_replicas.py": 80,
+    "test_vllm_sweep.py": 69,
+    "test_multinode_process.py": 51,
+    "test_multinode_sim.py": 27,
+    "test_faults.py": 18,
+    "test_sim_server.py": 15,
+    "test_sim_failures.py": 9,
+}
+
+
+def pytest_collection_modifyitems(items):
+    here = Path(__file__).parent
+    ours = [i for i in items if here in i.path.parents]
+    rest = [i for i in items if here not in i.path.parents]
+    # a stable sort: each file's tests stay together and in their order
+    ours.sort(key=lambda i: -FILE_SECONDS.get(i.path.name, 60))
+    items[:] = rest + ours
+
 
 @pytest.fixture
 def run_playbook(tmp_path):
