@@ -85,7 +85,9 @@ def assemble(tree: Path, repo: Path = REPO) -> Path:
         module.write_text(rewrite_imports(module.read_text()))
     playbooks = tree / "playbooks"
     shutil.copytree(
-        repo / "playbooks", playbooks, ignore=lambda d, names: _ignore(d, names) | (PLAYBOOK_SKIP & set(names))
+        repo / "playbooks",
+        playbooks,
+        ignore=lambda d, names: _ignore(d, names) | (PLAYBOOK_SKIP & set(names)),
     )
     return tree
 

@@ -53,7 +53,9 @@ def test_the_layout_ansible_expects(repo, tree):
         str(p.relative_to(tree / "plugins/module_utils/sglang_layouts"))
         for p in (tree / "plugins/module_utils/sglang_layouts").rglob("*")
     )
-    assert sorted(p.name for p in (repo / "roles").iterdir()) == sorted(p.name for p in (tree / "roles").iterdir())
+    assert sorted(p.name for p in (repo / "roles").iterdir()) == sorted(
+        p.name for p in (tree / "roles").iterdir()
+    )
     assert (tree / "sglang_sim" / "__main__.py").is_file()
     assert yaml.safe_load((tree / "meta" / "runtime.yml").read_text())["requires_ansible"].startswith(">=2.")
     meta = yaml.safe_load((tree / "galaxy.yml").read_text())
