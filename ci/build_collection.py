@@ -7,12 +7,14 @@ this script lays the same files out as Ansible expects a collection
 (ansible_collections/sglang/layouts/plugins/modules, plugins/module_utils, ...), then runs
 `ansible-galaxy collection build` on that tree. One source: nothing is edited by hand in the tree.
 
-One rewrite: a module imports its shared code as `ansible.module_utils.sglang_layouts` in the repo
+Two rewrites. A module imports its shared code as `ansible.module_utils.sglang_layouts` in the repo
 (ansible.cfg's module_utils path) and as
 `ansible_collections.sglang.layouts.plugins.module_utils.sglang_layouts` in the collection, the only
 name AnsiballZ packs for a collection module. The package itself imports its modules relatively, and
 the filter plugin finds it as `<its folder's parent>/module_utils` (filter_plugins/.. in the repo,
-plugins/ in the collection), so nothing else changes.
+plugins/ in the collection). And the roles and playbooks call this project's filters by their
+short names, which Ansible finds only through the repo's ansible.cfg: the collection's copies call
+them by FQCN (rewrite_filters).
 """
 
 from __future__ import annotations
@@ -54,6 +56,40 @@ def rewrite_imports(text: str) -> str:
     return _IMPORT_RE.sub(COLLECTION_IMPORT, text)
 
 
+def filter_names(repo: Path = REPO) -> list[str]:
+    """The names filter_plugins/sglang_layouts.py registers (read from its source: no Ansible import)."""
+    text = (repo / "filter_plugins" / "sglang_layouts.py").read_text()
+    faces = re.search(r"^_FACES = \{(.*?)^\}", text, re.M | re.S).group(1)
+    names = set(re.findall(r'^    "(sglang_\w+)":', faces, re.M))
+    names |= set(re.findall(r'"(sglang_\w+)": sglang_\w+', text))
+    return sorted(names)
+
+
+def rewrite_filters(text: str, names) -> str:
+    """Jinja in a role or playbook with this collection's filters called by FQCN.
+
+    Ansible looks a filter's short name up among ansible.builtin and the configured filter paths
+    (the repo's ansible.cfg names filter_plugins/), never in the collection a role or playbook comes
+    from, so the collection's copies say sglang.layouts.<filter>. A filter follows a pipe (on the same
+    line or the next) or is named in map()/select(); a YAML block scalar's `|` is not a pipe."""
+    alt = "|".join(sorted(map(re.escape, names), key=len, reverse=True))
+    pipe = re.compile(rf"\|(?P<sep>[ \t]*(?:\n[ \t]*)?)(?P<name>{alt})\b(?![\w.])")
+
+    def fqcn(m):
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        before = text[line_start : m.start()]
+        if "\n" in m.group("sep") and re.fullmatch(r"\s*(-\s+)?([^\s:]+:\s*)?", before):
+            return m.group(0)  # `key: |` then a line of text
+        return f"|{m.group('sep')}{NAMESPACE}.{NAME}.{m.group('name')}"
+
+    text = pipe.sub(fqcn, text)
+    return re.sub(
+        rf"\b(map|select|reject)\((\s*)(['\"])(?P<name>{alt})\3",
+        lambda m: f"{m.group(1)}({m.group(2)}{m.group(3)}{NAMESPACE}.{NAME}.{m.group('name')}{m.group(3)}",
+        text,
+    )
+
+
 def galaxy() -> dict:
     return yaml.safe_load((REPO / "galaxy.yml").read_text())
 
@@ -89,6 +125,11 @@ def assemble(tree: Path, repo: Path = REPO) -> Path:
         playbooks,
         ignore=lambda d, names: _ignore(d, names) | (PLAYBOOK_SKIP & set(names)),
     )
+    names = filter_names(repo)
+    for folder in (tree / "roles", playbooks):
+        for path in sorted(folder.rglob("*")):
+            if path.suffix in (".yml", ".yaml", ".j2") and path.is_file():
+                path.write_text(rewrite_filters(path.read_text(), names))
     return tree
 
 

@@ -108,3 +108,52 @@ def test_the_rewrite_touches_only_the_shared_codes_imports(build_collection):
 def test_the_tarball_is_named_after_galaxy_yml(build_collection, repo):
     meta = yaml.safe_load((repo / "galaxy.yml").read_text())
     assert build_collection.tarball_name() == f"sglang-layouts-{meta['version']}.tar.gz"
+
+
+def test_filter_names_are_the_plugins_own(build_collection, repo):
+    spec = importlib.util.spec_from_file_location("filters", repo / "filter_plugins" / "sglang_layouts.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert build_collection.filter_names() == sorted(mod.FilterModule().filters())
+
+
+def test_filters_are_called_by_fqcn_in_the_collections_roles_and_playbooks(build_collection):
+    names = ["sglang_plan", "sglang_plan_table", "sglang_layout_plan", "sglang_bench_rate_label"]
+    src = (
+        "- name: Plan\n"
+        "  ansible.builtin.set_fact:\n"
+        '    sglang_plan: "{{ sglang_plan_inputs | sglang_plan }}"\n'
+        "    lp: >-\n"
+        "      {{ sglang_plan |\n"
+        "         sglang_layout_plan(x) }}\n"
+        "    rows: \"{{ sglang_plan.layouts | list\n"
+        '         | sglang_plan_table }}"\n'
+        "    labels: \"{{ rates | map('sglang_bench_rate_label') | list }}\"\n"
+        "  when: not (sglang_plan | default({}) | sglang_plan_tables)\n"
+        "- ansible.builtin.debug:\n"
+        "    msg: |\n"
+        "      sglang_plan_table shows it\n"
+    )
+    out = build_collection.rewrite_filters(src, names).splitlines()
+    assert out[2] == '    sglang_plan: "{{ sglang_plan_inputs | sglang.layouts.sglang_plan }}"'
+    assert out[4:6] == ["      {{ sglang_plan |", "         sglang.layouts.sglang_layout_plan(x) }}"]
+    assert out[7] == '         | sglang.layouts.sglang_plan_table }}"'
+    assert out[8] == "    labels: \"{{ rates | map('sglang.layouts.sglang_bench_rate_label') | list }}\""
+    # another name that starts like one, a variable of the same name, a YAML block scalar: as they were
+    assert out[9] == "  when: not (sglang_plan | default({}) | sglang_plan_tables)"
+    assert out[11:] == ["    msg: |", "      sglang_plan_table shows it"]
+
+
+def test_every_fqcn_in_the_tree_names_a_filter_and_no_short_name_is_left(build_collection, tree):
+    import re
+
+    names = set(build_collection.filter_names())
+    used = set()
+    for path in [*(tree / "roles").rglob("*.yml"), *(tree / "playbooks").rglob("*.yml")]:
+        text = path.read_text()
+        used |= set(re.findall(r"sglang\.layouts\.(\w+)", text))
+        short = re.findall(r"\|\s*(sglang_\w+)\s*[(|}\n)]", text)
+        assert not set(short) & names, f"{path}: {set(short) & names}"
+    assert used and used <= names
+    # the roles use most of them: the plan, the units, the stop order, the secrets
+    assert {"sglang_plan_outcome", "sglang_unit_spec", "sglang_stop_order", "sglang_layout_plan"} <= used
