@@ -152,7 +152,9 @@ def test_a_users_playbook_plans_sweeps_and_reports_with_the_installed_collection
     ]
 
     run_id = f"coll-{uuid.uuid4().hex[:8]}"
-    proc = _run([VENV_BIN / "ansible-playbook", "-i", "inventory", "site.yml", "-e", f"run_id={run_id}"], site)
+    proc = _run(
+        [VENV_BIN / "ansible-playbook", "-i", "inventory", "site.yml", "-e", f"run_id={run_id}"], site
+    )
     assert "ep8" in proc.stdout and "tp8" in proc.stdout
     # the user's own task wrote the plan with the collection's module
     assert json.loads((site / "my-plan" / "box.json").read_text())["inputs_digest"] == plan["inputs_digest"]
