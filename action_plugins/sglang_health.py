@@ -37,9 +37,7 @@ class ActionModule(ActionBase):
             slice_args = dict(args, slice_s=every)
             if resume is not None:
                 slice_args["resume"] = resume
-            result = self._execute_module(
-                module_name=module, module_args=slice_args, task_vars=task_vars
-            )
+            result = self._execute_module(module_name=module, module_args=slice_args, task_vars=task_vars)
             if not result.get("pending"):
                 return result
             resume = result["resume"]

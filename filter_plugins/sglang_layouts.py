@@ -93,7 +93,9 @@ def sglang_python_path(package):
     library; sglang_sim, the simulator): the repo's or the installed collection's, wherever it is."""
     folders = {"sglang_layouts": _MODULE_UTILS, "sglang_sim": str(_ROOT)}
     if package not in folders:
-        raise AnsibleFilterError(f"sglang_python_path: {package!r} is not one of {', '.join(sorted(folders))}")
+        raise AnsibleFilterError(
+            f"sglang_python_path: {package!r} is not one of {', '.join(sorted(folders))}"
+        )
     return folders[package]
 
 
@@ -142,6 +144,8 @@ _FACES = {
     "sglang_units_of_layouts": ("placement.units_of_layouts",),
     "sglang_stop_order": ("placement.stop_order", "planner.PlanError"),
     "sglang_first_failure": ("placement.first_failure",),
+    # a sweep's failure of one layout (class, message, evidence) from every source, most specific first
+    "sglang_layout_failure": ("layout_failure.layout_failure",),
     "sglang_nodes_outcome": ("placement.nodes_outcome",),
     # wheel file names -> exact pins; pip steps without some pins (wheels.py)
     "sglang_wheel_pins": ("wheels.wheel_pins", "wheels.WheelError"),
@@ -159,4 +163,8 @@ _FACES = {
 class FilterModule:
     def filters(self):
         faces = {name: _face(name, fn, *errors) for name, (fn, *errors) in _FACES.items()}
-        return {**faces, "sglang_host_addresses": sglang_host_addresses, "sglang_python_path": sglang_python_path}
+        return {
+            **faces,
+            "sglang_host_addresses": sglang_host_addresses,
+            "sglang_python_path": sglang_python_path,
+        }

@@ -126,7 +126,7 @@ def test_filters_are_called_by_fqcn_in_the_collections_roles_and_playbooks(build
         "    lp: >-\n"
         "      {{ sglang_plan |\n"
         "         sglang_layout_plan(x) }}\n"
-        "    rows: \"{{ sglang_plan.layouts | list\n"
+        '    rows: "{{ sglang_plan.layouts | list\n'
         '         | sglang_plan_table }}"\n'
         "    labels: \"{{ rates | map('sglang_bench_rate_label') | list }}\"\n"
         "  when: not (sglang_plan | default({}) | sglang_plan_tables)\n"
