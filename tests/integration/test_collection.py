@@ -151,6 +151,10 @@ def test_a_users_playbook_plans_sweeps_and_reports_with_the_installed_collection
         "sglang-kimi-k2-6-tp8.service",
     ]
 
+    # provision by FQCN: a host of the simulated engine needs none of it and says so
+    out = _run([VENV_BIN / "ansible-playbook", "-i", "inventory", "sglang.layouts.provision"], site).stdout
+    assert "sglang_engine is sim: nothing to provision" in out
+
     run_id = f"coll-{uuid.uuid4().hex[:8]}"
     proc = _run(
         [VENV_BIN / "ansible-playbook", "-i", "inventory", "site.yml", "-e", f"run_id={run_id}"], site
