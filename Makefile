@@ -30,7 +30,7 @@ export PY_COLORS := 0
 INVENTORY ?= inventory/demo
 S ?=
 
-.PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test test-under-load test-checks-then-suites lint unit integration conformance molecule bench-sim bench-client bench-rate bench-health bench-health-replay bench-plan bench-predict flags reliability clean
+.PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test test-under-load test-checks-then-suites lint unit integration conformance molecule bench-sim bench-client bench-rate bench-health bench-health-replay bench-plan bench-predict flags reliability collection clean
 
 # The descriptions name make variables: printed with their values (make help INVENTORY=inventory/x).
 help: ## list the targets
@@ -101,6 +101,10 @@ conformance: $(STAMP) $(ORACLE_STAMP) ## SGLang's own parser and bench_serving a
 
 molecule: $(STAMP) ## Molecule scenarios on real systemd containers (podman): make molecule [S=name]
 	$(STAGE) molecule ci/molecule.sh $(S)
+
+# One source: the repo's files as they are, laid out as a collection (ci/build_collection.py).
+collection: $(STAMP) ## the collection sglang.layouts: build/sglang-layouts-<version>.tar.gz (README: "Use it as a collection")
+	$(PY) ci/build_collection.py
 
 reliability: $(STAMP) ## docs/reliability.md's bad inputs and faults, each run by its tests: PASS/FAIL and counts
 	$(PY) ci/reliability.py

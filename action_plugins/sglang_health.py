@@ -24,9 +24,12 @@ class ActionModule(ActionBase):
         super().run(tmp, task_vars)
         args = dict(self._task.args)
         every = float(args.pop("progress_every", 15) or 0)
+        # the module of the same name as the task resolved it (ansible.legacy.sglang_health in the repo,
+        # sglang.layouts.sglang_health from the collection, whatever collections the play lists)
+        module = self._task.resolved_action or "sglang_health"
         # (in check mode the module answers at once, without `pending`: the loop below ends there too)
         if args.get("mode", "wait") != "wait" or every <= 0:
-            return self._execute_module(module_name="sglang_health", module_args=args, task_vars=task_vars)
+            return self._execute_module(module_name=module, module_args=args, task_vars=task_vars)
         host = task_vars.get("inventory_hostname", "?") if task_vars else "?"
         resume = None
         shown = None
@@ -34,9 +37,7 @@ class ActionModule(ActionBase):
             slice_args = dict(args, slice_s=every)
             if resume is not None:
                 slice_args["resume"] = resume
-            result = self._execute_module(
-                module_name="sglang_health", module_args=slice_args, task_vars=task_vars
-            )
+            result = self._execute_module(module_name=module, module_args=slice_args, task_vars=task_vars)
             if not result.get("pending"):
                 return result
             resume = result["resume"]

@@ -8,8 +8,12 @@ from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
 
-# The planner is plain Python shared with the modules and the simulator.
+# The planner is plain Python shared with the modules and the simulator: module_utils/ beside this
+# plugin's folder (filter_plugins/ in the repo, plugins/filter/ in the collection sglang.layouts).
 _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
+# The folder that holds the simulator (sglang_sim/): the repo's root, or the collection's, which
+# lays out the repo's plugins one folder deeper (plugins/filter/).
+_ROOT = Path(__file__).resolve().parents[2 if __name__.startswith("ansible_collections.") else 1]
 if _MODULE_UTILS not in sys.path:
     sys.path.insert(0, _MODULE_UTILS)
 
@@ -84,6 +88,17 @@ def _rate_label(rate):
     return _library("bench_common.rate_label")(_library("bench_common.parse_rate")(rate))
 
 
+def sglang_python_path(package):
+    """The controller folder to put on PYTHONPATH for this copy's own `package` (sglang_layouts, the
+    library; sglang_sim, the simulator): the repo's or the installed collection's, wherever it is."""
+    folders = {"sglang_layouts": _MODULE_UTILS, "sglang_sim": str(_ROOT)}
+    if package not in folders:
+        raise AnsibleFilterError(
+            f"sglang_python_path: {package!r} is not one of {', '.join(sorted(folders))}"
+        )
+    return folders[package]
+
+
 def sglang_host_addresses(hosts, hostvars):
     """Each host's ansible_host, or its inventory name: where other nodes reach it."""
     out = []
@@ -129,6 +144,8 @@ _FACES = {
     "sglang_units_of_layouts": ("placement.units_of_layouts",),
     "sglang_stop_order": ("placement.stop_order", "planner.PlanError"),
     "sglang_first_failure": ("placement.first_failure",),
+    # a sweep's failure of one layout (class, message, evidence) from every source, most specific first
+    "sglang_layout_failure": ("layout_failure.layout_failure",),
     "sglang_nodes_outcome": ("placement.nodes_outcome",),
     # wheel file names -> exact pins; pip steps without some pins (wheels.py)
     "sglang_wheel_pins": ("wheels.wheel_pins", "wheels.WheelError"),
@@ -146,4 +163,8 @@ _FACES = {
 class FilterModule:
     def filters(self):
         faces = {name: _face(name, fn, *errors) for name, (fn, *errors) in _FACES.items()}
-        return {**faces, "sglang_host_addresses": sglang_host_addresses}
+        return {
+            **faces,
+            "sglang_host_addresses": sglang_host_addresses,
+            "sglang_python_path": sglang_python_path,
+        }

@@ -1505,7 +1505,7 @@ def materialise(case: Case, tmp, repo) -> dict:
 
 
 def planner_inputs(variables: dict, repo) -> dict:
-    """What group_vars/all/plan.yml would hand the planner for a host of the test inventory with these
+    """What the role sglang_plan (its defaults) would hand the planner for a host of the test inventory with these
     variables (the serving values of group_vars/all/serving.yml, Kimi K2.6 from the repo)."""
     model = variables.get("sglang_model", {"name": "kimi-k2.6", "path": str(repo / "models" / "kimi-k2.6")})
     serving = {

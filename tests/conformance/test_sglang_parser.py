@@ -119,7 +119,7 @@ def _without(argv: list[str], flag: str) -> list[str]:
 
 
 def demo_plan_inputs(sglang_version: str) -> dict:
-    """`sglang_plan_inputs` of the demo host, templated by Ansible exactly as plan.yml sees it
+    """`sglang_plan_inputs` of the demo host, templated by Ansible exactly as the role sglang_plan sees it
     (inventory/demo + group_vars/ through playbooks/, so group_vars/all loads), for the SGLang
     release the oracle is (-e sglang_version, as a user picks another release)."""
     ansible = Path(sys.executable).parent / "ansible"
@@ -142,6 +142,9 @@ def demo_plan_inputs(sglang_version: str) -> dict:
         "ansible.builtin.debug",
         "-a",
         "var=sglang_plan_inputs",
+        # the inputs as the role sglang_plan assembles them (its defaults), without planning
+        "-e",
+        "@roles/sglang_plan/defaults/main.yml",
         "-e",
         f"sglang_version={sglang_version}",
     ]

@@ -1,6 +1,6 @@
-"""Pack sglang_sim/ and module_utils/sglang_layouts/ into one reproducible .tar.gz.
+"""Pack sglang_sim/ and sglang_layouts/ into one reproducible .tar.gz.
 
-Usage: pack_sim.py <repo root> <output .tar.gz>
+Usage: pack_sim.py <folder holding sglang_sim> <folder holding sglang_layouts> <output .tar.gz>
 Same sources -> byte-identical archive (sorted members, mtime 0, root owner, fixed modes,
 no __pycache__), so copying it is idempotent. Written atomically; unchanged output is left alone.
 """
@@ -12,12 +12,11 @@ import sys
 import tarfile
 
 
-def members(root):
-    for top, prefix in (
-        ("sglang_sim", "sglang_sim"),
-        (os.path.join("module_utils", "sglang_layouts"), "sglang_layouts"),
+def members(sim_root, lib_root):
+    for base, prefix in (
+        (os.path.join(sim_root, "sglang_sim"), "sglang_sim"),
+        (os.path.join(lib_root, "sglang_layouts"), "sglang_layouts"),
     ):
-        base = os.path.join(root, top)
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
             rel = os.path.relpath(dirpath, base)
@@ -29,10 +28,10 @@ def members(root):
                 yield os.path.join(arcdir, name), os.path.join(dirpath, name)
 
 
-def build(root):
+def build(sim_root, lib_root):
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for arcname, path in members(root):
+        for arcname, path in members(sim_root, lib_root):
             info = tarfile.TarInfo(arcname)
             info.mtime = 0
             info.uid = info.gid = 0
@@ -54,8 +53,8 @@ def build(root):
 
 
 def main():
-    root, dest = sys.argv[1], sys.argv[2]
-    data = build(root)
+    sim_root, lib_root, dest = sys.argv[1:4]
+    data = build(sim_root, lib_root)
     try:
         with open(dest, "rb") as f:
             if f.read() == data:
