@@ -125,6 +125,48 @@ def _nvlink() -> dict:
 
 INTERCONNECTS["nvlink"] = _nvlink()
 
+# The KV cache's way from a prefill server to a decode server (pd layouts): per GPU, each prefill
+# rank sends its own share of every token's KV to its decode peer, all ranks at once. (GB/s, status,
+# source); the same host uses the GPUs' interconnect, other hosts the network.
+KV_LINKS: dict[str, tuple[float, str, str]] = {
+    "nvlink": (
+        INTERCONNECTS["nvlink"]["busbw_gbs"],
+        "MEAS",
+        "NVLink GPU to GPU: " + INTERCONNECTS["nvlink"]["source"],
+    ),
+    "pcie": (
+        INTERCONNECTS["pcie"]["busbw_gbs"],
+        "OPEN",
+        "PCIe GPU to GPU: " + INTERCONNECTS["pcie"]["source"],
+    ),
+    "rdma": (50.0, "OPEN", "one 400 Gb/s RDMA NIC per GPU (HGX reference design), mooncake/nixl; prior"),
+    "tcp": (3.0, "OPEN", "mooncake_tcp: TCP through host memory (~25 Gb/s effective); prior"),
+    "fake": (0.0, "SRC", "transfer backend fake: no bytes move (SGLang's test backend)"),
+}
+
+
+def kv_link(hardware: dict, transfer_backend: str | None, same_host: bool = True) -> dict:
+    """The link a pd layout's KV transfer runs over: {name, gbs, status, source}."""
+    backend = (transfer_backend or "mooncake").lower()
+    if backend == "fake":
+        name = "fake"
+    elif backend == "mooncake_tcp":
+        name = "tcp"
+    elif same_host:
+        name = "nvlink" if (hardware.get("gpu_interconnect") or "pcie").lower() == "nvlink" else "pcie"
+    else:
+        name = "rdma"
+    gbs, status, source = KV_LINKS[name]
+    return {"name": name, "gbs": gbs, "status": status, "source": source}
+
+
+def kv_transfer_s(kv_bytes_per_token: float | None, prompt_tokens: int, link_gbs: float) -> float:
+    """Seconds to move one request's KV from prefill to decode: the plan's bytes per token (per rank,
+    every rank sending its share at once) x prompt tokens / the link's bandwidth (0 on `fake`)."""
+    if not kv_bytes_per_token or link_gbs <= 0:
+        return 0.0
+    return float(kv_bytes_per_token) * max(0, int(prompt_tokens)) / (link_gbs * 1e9)
+
 
 def c(name: str) -> float:
     return CONSTANTS[name][0]

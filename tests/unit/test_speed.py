@@ -224,3 +224,20 @@ def test_bench_predict_meets_the_h200_targets_on_every_record_the_repo_holds():
     assert len(h200) >= 15
     assert all(abs(r["error_pct"]) <= 15 for r in h200), [r for r in h200 if abs(r["error_pct"]) > 15]
     assert doc["summary"]["h200"]["median_abs_error_pct"] <= 8
+
+
+def test_kv_transfer_is_the_plans_bytes_per_token_over_the_link():
+    """pd layouts: one request's KV moves in bytes per token (the plan's, per rank) x prompt tokens
+    / the link; the link follows the transfer backend and whether the roles share a host."""
+    spec = planner.load_model({"name": "kimi-k2.6", "path": str(REPO / "models" / "kimi-k2.6")})
+    plan = planner.plan_layout({"name": "t", "tp": 8}, spec, {"gpu_count": 8, "gpu_memory_gib": 94.97}, {})
+    nvlink = speed.kv_link({"gpu_interconnect": "nvlink"}, "mooncake", same_host=True)
+    pcie = speed.kv_link({"gpu_interconnect": "pcie"}, "mooncake", same_host=True)
+    assert nvlink["name"] == "nvlink" and pcie["name"] == "pcie" and nvlink["gbs"] > pcie["gbs"]
+    assert speed.kv_link({}, "mooncake", same_host=False)["name"] == "rdma"
+    assert speed.kv_link({}, "mooncake_tcp", same_host=False)["name"] == "tcp"
+    fake = speed.kv_link({}, "fake")
+    t = speed.kv_transfer_s(plan["kv_bytes_per_token"], 4096, pcie["gbs"])
+    assert t == pytest.approx(plan["kv_bytes_per_token"] * 4096 / (pcie["gbs"] * 1e9))
+    assert speed.kv_transfer_s(plan["kv_bytes_per_token"], 8192, pcie["gbs"]) == pytest.approx(2 * t)
+    assert speed.kv_transfer_s(plan["kv_bytes_per_token"], 4096, fake["gbs"]) == 0.0
