@@ -20,6 +20,9 @@ KVPoll.WaitingForInput`), a transfer error (`Prefill transfer failed ... Decode 
 dead, remote mooncake session ... is not alive` on prefill, `Decode transfer failed ... Failed to get
 kvcache from prefill instance, it might be dead` on decode). Faults (SGLANG_SIM_FAULT) on the
 prefill server: `bootstrap_timeout_after:N`, `transfer_error_after:N` (after N finished requests).
+
+A request whose `bootstrap_host` is SGLang's placeholder (2.2.2.2: its warm-up and health probes,
+and the gate's confirmation) is served by one server alone, with no peer and no transfer.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from sglang_layouts.health_http import FAKE_BOOTSTRAP_HOST
 from sglang_layouts.speed import kv_link, kv_transfer_s
 
 from .cost import env_float
@@ -139,6 +143,9 @@ class PD:
         if room is None:
             conn.error(400, "Disaggregated request received without bootstrap room id")
             return True
+        if data.get("bootstrap_host") == FAKE_BOOTSTRAP_HOST:
+            r.prefilled = self.pd_mode == "decode"  # SGLang's warm-up/probe: no peer, no transfer
+            return False
         loop = asyncio.get_running_loop()
         if self.pd_mode == "prefill":
             task = loop.create_task(self._pd_prefill(conn, r, int(room), start))

@@ -572,9 +572,8 @@ def _add_speed(plans: list[dict], hardware: dict, bench: dict | None) -> str | N
 
 
 def _units_here(p: dict, host: str | None) -> list[str]:
-    """The units a layout really runs on this host: its own, or its replicas' and router's."""
-    if p.get("pd"):
-        return []  # planned, never started yet (plan_pd.py): no unit of it to conflict with
+    """The units a layout really runs on this host: its own, or its replicas' (pd: prefill and
+    decode servers') and router's."""
     if not p["placement"]["replicated"]:
         return [p["unit_name"]]
     return [unit["name"] for unit in units_on(p, host)]
