@@ -309,7 +309,9 @@ def stop_order(plan: dict, host: str | None, layout: str = "all", installed=None
     then: list[str] = []
     for entry in layouts:
         for unit in units_on(entry, host):
-            late = unit["role"] in BEHIND_ROUTER or (unit["role"] == "server" and (unit["node_rank"] or 0) > 0)
+            late = unit["role"] in BEHIND_ROUTER or (
+                unit["role"] == "server" and (unit["node_rank"] or 0) > 0
+            )
             target = then if late else first
             if unit["name"] not in target:
                 target.append(unit["name"])

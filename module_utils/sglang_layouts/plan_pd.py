@@ -62,6 +62,8 @@ def _role_layout(
     args = {**lay["args"], **r["args"]}
     if r["mem_fraction_static"] is not None:
         args["mem_fraction_static"] = r["mem_fraction_static"]
+    # the benchmark reads each level's prefill/transfer split from the decode servers' /metrics
+    args.setdefault("enable_metrics", True)
     args["disaggregation_mode"] = role
     args["disaggregation_transfer_backend"] = pd["transfer_backend"]
     if pd["ib_device"]:

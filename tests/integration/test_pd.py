@@ -117,7 +117,13 @@ def log_of(run_dir, unit) -> str:
 
 
 def test_pd_layout_deploys_gates_benches_and_stops(env):
-    e, extra, run_dir, port, bootstrap = env["runner"], env["extra"], env["run_dir"], env["port"], env["bootstrap"]
+    e, extra, run_dir, port, bootstrap = (
+        env["runner"],
+        env["extra"],
+        env["run_dir"],
+        env["port"],
+        env["bootstrap"],
+    )
 
     r = run(e, {**extra, "layout": LAYOUT}, "deploy.yml")
     assert r.rc == 0, failed_messages(r)
@@ -145,6 +151,12 @@ def test_pd_layout_deploys_gates_benches_and_stops(env):
     record = json.loads((run_dir / "results" / "pd-it" / "seed-box" / f"{LAYOUT}.json").read_text())
     assert record["status"] == "ok", record.get("summary")
     assert record["summary"]["failed"] == 0
+    # each level's TTFT split from the decode server's counters: prefill and KV transfer, measured
+    for level in record["levels"]:
+        assert level["ttft_split"]["measured"], level["ttft_split"]
+        assert level["ttft_split"]["requests"] == level["completed"]
+        assert 0 < level["ttft_prefill_ms"] < level["ttft_ms"]["mean"]
+        assert 0 < level["ttft_transfer_ms"] < level["ttft_ms"]["mean"]
     # every prompt was prefilled by the prefill server; the decode server prefilled none of them
     prefill_log, decode_log = log_of(run_dir, UNITS["prefill"]), log_of(run_dir, UNITS["decode"])
     big = [ln for ln in prefill_log.splitlines() if "Prefill batch" in ln and "#new-token: 1," not in ln]
@@ -169,7 +181,9 @@ def test_sweep_measures_records_and_reports_the_pd_layout(env):
     assert record["status"] == "ok", record.get("msg")
     assert record["gpus_used"] == 8 and record["simulated"] is True
     assert record["health"]["router"]["url"] == record["health"]["url"]
-    assert [x for x in task_results(r, "Check | Each unit still runs") if not x.get("skipped")], "the check ran"
+    assert [x for x in task_results(r, "Check | Each unit still runs") if not x.get("skipped")], (
+        "the check ran"
+    )
     for unit in UNITS.values():
         assert pid_of(run_dir, unit) is None, unit
     report = (out / "REPORT.md").read_text()
@@ -177,10 +191,10 @@ def test_sweep_measures_records_and_reports_the_pd_layout(env):
 
 
 def test_a_failing_kv_transfer_fails_the_gate_with_its_class(env):
-    e, extra, run_dir, bootstrap = env["runner"], env["extra"], env["run_dir"], env["bootstrap"]
+    e, extra, bootstrap = env["runner"], env["extra"], env["bootstrap"]
     bad = layout(bootstrap, "pdbad", {"SGLANG_SIM_FAULT": "transfer_error_after:0"})
     r = run(e, {**extra, "sglang_layouts": [bad], "layout": "pdbad"}, "deploy.yml")
     assert r.rc != 0
-    text = "\n".join(failed_messages(r)) if isinstance(failed_messages(r), list) else str(failed_messages(r))
+    text = "\n".join(failed_messages(r))
     assert "kv_transfer_failed" in text, text
     run(e, {**extra, "sglang_layouts": [bad]}, "stop.yml")
