@@ -283,6 +283,11 @@ def test_pd_speed_is_its_pools_rate_matched_plus_the_kv_transfer():
     # TTFT of one request: its prefill, its transfer and a decode step
     assert sp["ttft_ms_single"] > sp["prefill"]["prefill_ms"] + sp["kv_transfer"]["ms_per_request"]
     assert lp["speed"]["by_concurrency"]["1"]["ttft_ms"] == pytest.approx(sp["ttft_ms_single"], abs=0.2)
+    # make plan says it under the table
+    from sglang_layouts.plan_table import plan_table
+
+    line = next(x for x in plan_table(doc) if x.startswith("  p1d1: "))
+    assert f"rate-matched {sp['rate_matched']['req_s']:g} req/s" in line and "over pcie" in line
     # over NVLink the same KV moves faster
     nv = _pd_plan([one], interconnect="nvlink")["layouts"][0]["speed"]["pd"]["kv_transfer"]
     assert nv["ms_per_request"] < sp["kv_transfer"]["ms_per_request"]
