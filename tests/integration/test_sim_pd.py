@@ -160,3 +160,24 @@ def test_bootstrap_timeout_then_decode_waiting_timeout():
     assert m is not None and m.cls == "kv_bootstrap_timeout", m
     m = logclass.classify(d_text.splitlines())
     assert m is not None and m.cls == "kv_transfer_timeout", m
+
+
+def test_sglangs_placeholder_bootstrap_host_is_served_by_one_server_alone():
+    """SGLang's warm-up and health probes (and the gate's confirmation) carry bootstrap_host 2.2.2.2:
+    each server answers them alone, with no peer and no transfer."""
+    _, prefill, decode = servers()
+    body = {
+        "input_ids": [1, 2, 3],
+        "sampling_params": {"max_new_tokens": 3, "ignore_eos": True},
+        "bootstrap_host": "2.2.2.2",
+        "bootstrap_room": 0,
+    }
+    with prefill, decode:
+        prefill.wait_ready()
+        decode.wait_ready()
+        p_status, p_body = post(prefill.url("/generate"), body)
+        d_status, d_body = post(decode.url("/generate"), body)
+        d_text = decode.text
+    assert p_status == 200 and d_status == 200, (p_body, d_body)
+    assert d_body["meta_info"]["completion_tokens"] == 3
+    assert "#new-token: 3," not in d_text  # the decode server prefills nothing of its own

@@ -6,7 +6,7 @@ import json
 import pytest
 from sglang_layouts import planner
 from sglang_layouts.model import PlanError
-from sglang_layouts.placement import router_workers, stop_order
+from sglang_layouts.placement import argv_problems, router_workers, stop_order
 from sglang_layouts.plan_table import plan_table
 
 from tests.helpers.demo import DEMO_SERVING, SEED_BOX
@@ -454,3 +454,19 @@ def test_servers_on_other_hosts_need_a_public_bind(repo):
     lay = {"name": "pd", "pd": {"prefill": {"tp": 8}, "decode": {"tp": 8}}}
     with pytest.raises(PlanError, match=r"its servers on h2 bind 127.0.0.1, but the router on h calls them"):
         plan([lay], kimi(repo), serving=DEMO_SERVING, hosts=("h", "h2"))
+
+
+def test_every_unit_of_a_pd_layout_can_start_even_a_forced_one(repo, seed):
+    """The service role's check before anything starts (placement.argv_problems): every unit runs an
+    engine's server or sglang-router; an oom pd layout (started with sglang_force) has its units too."""
+    assert argv_problems(entry(seed, "pd-8-16")) == []
+    doc = plan([{"name": "pd44", "pd": {"prefill": {"tp": 4}, "decode": {"tp": 4}}}], kimi(repo))
+    oom = entry(doc, "pd44")
+    assert oom["verdict"] == "oom" and argv_problems(oom) == []
+    assert [u["role"] for u in oom["units"]] == ["prefill", "decode", "router"]
+    # a plan without units, or a unit that is no engine: said in words, with what to do
+    (msg,) = argv_problems({**oom, "units": []})
+    assert "no unit to start" in msg and "make plan" in msg
+    bad = {**oom, "units": [{**oom["units"][0], "argv": ["python3", "-m", "http.server"]}]}
+    (msg,) = argv_problems(bad)
+    assert "pd44-prefill0" in msg and "python3 -m sglang.launch_server" in msg
