@@ -209,9 +209,24 @@ READ_FLAGS = (
 def prediction_key(layout_plan: dict, hardware: dict, bench: dict | None) -> str:
     """Everything predict() reads of a layout, its host and the workload, as one string."""
     argv = [str(a) for a in (layout_plan.get("argv") or [])]
+    pd = layout_plan.get("pd")
+    cost = layout_plan.get("cost")
+    if pd:  # a pd layout: what predict_pd reads of each role, the backend and the hosts
+        cost = {
+            "pd": [
+                [
+                    pd[r].get(k)
+                    for k in ("cost", "kv_tokens", "kv_bytes_per_token", "replicas", "gpu_memory_gib")
+                ]
+                + [(pd[r].get("units") or [{}])[0].get("argv")]
+                for r in ("prefill", "decode")
+            ],
+            "transfer_backend": pd.get("transfer_backend"),
+            "hosts": pd.get("hosts"),
+        }
     return json.dumps(
         [
-            layout_plan.get("cost"),
+            cost,
             layout_plan.get("kv_tokens"),
             bool(layout_plan.get("dummy_weights")),
             [_flag(argv, f) for f in READ_FLAGS],
