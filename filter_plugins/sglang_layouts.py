@@ -138,6 +138,9 @@ _FACES = {
     "sglang_api_key_config": ("secrets.api_key_config", "planner.PlanError", ValueError),
     # where a layout's units run, the stop order, one outcome from every node's (placement.py)
     "sglang_units_on": ("placement.units_on",),
+    # the service role's check that every unit of a layout can start, and its router's workers
+    "sglang_unit_argv_problems": ("placement.argv_problems",),
+    "sglang_router_workers": ("placement.router_workers",),
     # what one unit runs (argv, environment, secret file), and every unit file of a host (unit_files.py)
     "sglang_unit_spec": ("unit_files.unit_spec", "planner.PlanError"),
     "sglang_unit_previews": (_unit_previews, "planner.PlanError"),

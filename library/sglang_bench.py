@@ -238,6 +238,14 @@ options:
     description: Seconds between telemetry samples.
     type: float
     default: 1.0
+  pd_decode_urls:
+    description:
+      - A pd layout's decode servers (the router fronts them). Each level then records C(ttft_prefill_ms) and
+        C(ttft_transfer_ms), the mean prefill and KV-transfer parts of TTFT, from their C(/metrics) counters read
+        before and after the level; null with C(ttft_split.why) when the servers do not export them (SGLang
+        does not; the simulator does).
+    type: list
+    elements: str
 attributes:
   check_mode:
     support: full
@@ -387,6 +395,16 @@ ansible_facts:
                 gen_throughput, each mean and max; available, samples, error) and per GPU memory_used_mib,
                 utilization_pct, power_w (mean and max), or C(absent); null when telemetry is off.
               type: dict
+            ttft_prefill_ms:
+              description: pd layouts (with I(pd_decode_urls)) - mean prefill part of TTFT (queue + prefill on the
+                prefill server); null when not measured.
+              type: float
+            ttft_transfer_ms:
+              description: pd layouts - mean KV transfer part of TTFT; null when not measured.
+              type: float
+            ttft_split:
+              description: pd layouts - measured (bool), requests, source; or why the split is not measured.
+              type: dict
             between_s:
               description: The level's seconds outside its warm-up and its measurement - connect (keep-alive
                 streams), flush_cache, telemetry_start, telemetry_stop (nvidia-smi's end); part of a record's tool_s.
@@ -530,6 +548,7 @@ def main():
             context_length=dict(type="int"),
             telemetry=dict(type="bool", default=True),
             telemetry_interval=dict(type="float", default=1.0),
+            pd_decode_urls=dict(type="list", elements="str"),
         ),
         supports_check_mode=True,
     )
@@ -569,6 +588,7 @@ def main():
             context_length=p["context_length"],
             telemetry=p["telemetry"],
             telemetry_interval=p["telemetry_interval"],
+            pd_decode_urls=p["pd_decode_urls"],
         )
     except BenchError as exc:
         module.fail_json(msg=str(exc), failure_class="bench_config")

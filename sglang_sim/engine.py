@@ -130,6 +130,9 @@ class Req:
         "meta_prefix",
         "model_json",
         "on_finish",
+        "pd_room",
+        "pd_t0",
+        "prefilled",
         "prompt_tokens",
         "rid",
         "rid_json",
@@ -176,6 +179,9 @@ class Req:
         self.finished = False
         self.aborted = False
         self.on_finish = None
+        self.pd_room = None  # a prefill server's bootstrap room (pd.py)
+        self.pd_t0 = 0.0
+        self.prefilled = False  # a decode server's request whose KV came from a prefill server
         self.meta_prefix = (
             f',"meta_info":{{"id":{self.rid_json},"prompt_tokens":{prompt_tokens},'
             '"weight_version":"default","num_retractions":0,"cached_tokens":0,"reasoning_tokens":0,'
@@ -451,14 +457,17 @@ class Scheduler:
             new = self._admit()
             if new:
                 batch = new
-                n_tok = sum(r.prompt_tokens for r in new)
-                dur = self.cost.prefill(n_tok, len(new))
-                sim.log.rank(
-                    self.prefix,
-                    f"Prefill batch, #new-seq: {len(new)}, #new-token: {n_tok}, #cached-token: 0, "
-                    f"token usage: {self.reserved / self.kv_tokens:.2f}, #running-req: {len(self.running)}, "
-                    f"#queue-req: {len(self.waiting)}, ",
-                )
+                # a decode server's transferred requests bring their first token with the KV
+                fresh = [r for r in new if not r.prefilled]
+                n_tok = sum(r.prompt_tokens for r in fresh)
+                dur = self.cost.prefill(n_tok, len(fresh)) if fresh else 0.0
+                if fresh:
+                    sim.log.rank(
+                        self.prefix,
+                        f"Prefill batch, #new-seq: {len(fresh)}, #new-token: {n_tok}, #cached-token: 0, "
+                        f"token usage: {self.reserved / self.kv_tokens:.2f}, #running-req: {len(self.running)}, "
+                        f"#queue-req: {len(self.waiting)}, ",
+                    )
             elif self.running:
                 batch = self.running
                 dur = self.cost.decode_step(*self.step_batch())

@@ -48,6 +48,11 @@ SEED_FLAGS: list[tuple[tuple[str, ...], str, str, object]] = [
     (("--skip-server-warmup",), "skip_server_warmup", "bool", False),
     (("--dist-timeout",), "dist_timeout", "int", None),
     (("--stream-response-default-include-usage",), "stream_response_default_include_usage", "bool", False),
+    # prefill/decode disaggregation (pd.py)
+    (("--disaggregation-mode",), "disaggregation_mode", "str", "null"),
+    (("--disaggregation-bootstrap-port",), "disaggregation_bootstrap_port", "int", 8998),
+    (("--disaggregation-transfer-backend",), "disaggregation_transfer_backend", "str", "mooncake"),
+    (("--disaggregation-ib-device",), "disaggregation_ib_device", "str", None),
 ]
 
 # Types of the flags the simulator acts on, for the generated (full) flag list.

@@ -47,6 +47,26 @@ _COUNTERS = (
     ("num_requests_total", "Number of requests processed.", "finished_count"),
 )
 
+# ... and on a decode server (pd.py), what its requests waited for before their first token: the
+# prefill server's queue and prefill, and the KV transfer (sums over transferred requests).
+_PD_COUNTERS = (
+    (
+        "sim_pd_prefill_seconds_total",
+        "Prefill time of transferred requests (simulator).",
+        "pd_prefill_s_total",
+    ),
+    (
+        "sim_pd_transfer_seconds_total",
+        "KV transfer time of transferred requests (simulator).",
+        "pd_transfer_s_total",
+    ),
+    (
+        "sim_pd_transfers_total",
+        "Requests whose KV arrived from a prefill server (simulator).",
+        "pd_transfers_total",
+    ),
+)
+
 
 def count_text_tokens(text: str) -> int:
     """The simulator's tokenizer: words and punctuation marks (at least one token)."""
@@ -269,6 +289,9 @@ class Routes:
             metric(name, "gauge", help_, [value(self, s) for s in self.schedulers])
         for name, help_, attr in _COUNTERS:
             metric(name, "counter", help_, [getattr(self, attr)])
+        if self.pd_mode == "decode":  # the simulator's own: the KV wait of transferred requests (pd.py)
+            for name, help_, attr in _PD_COUNTERS:
+                metric(name, "counter", help_, [getattr(self, attr)])
         conn.respond(200, ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4; charset=utf-8")
 
     def h_sim_stats(self, conn: Conn, data) -> None:
@@ -344,11 +367,17 @@ class Routes:
         )
         conn.req = r
         self.requests_total += 1
-        if r.stream:
-            conn.start_stream()
-            if kind == "chat":
-                conn.write(r.first_chat_chunk())
-        self.pick().submit(r)
+
+        def start() -> None:
+            if r.stream:
+                conn.start_stream()
+                if kind == "chat":
+                    conn.write(r.first_chat_chunk())
+            self.pick().submit(r)
+
+        # a disaggregated request waits for its handshake / its KV first (pd.py)
+        if not self.pd_admit(conn, r, data, start):
+            start()
 
     def h_generate(self, conn: Conn, data: dict) -> None:
         text, ids = data.get("text"), data.get("input_ids")

@@ -24,6 +24,7 @@ from .flags import parse_args
 from .http_conn import now
 from .log import Log
 from .multinode import MultiNode
+from .pd import PD
 from .plan import hardware_from_env
 from .prefix_cache import PrefixCache
 from .routes import Routes
@@ -34,7 +35,8 @@ LOG_MAX_PENDING = 4096  # ... or when this many records wait
 
 
 def parse_faults(spec: str | None) -> dict:
-    """`crash_after:N,hang_after:N,nccl_timeout_after:N,killed_at_in_flight:N,slow_start:S,jit_missing:TOOL`
+    """`crash_after:N,hang_after:N,nccl_timeout_after:N,killed_at_in_flight:N,slow_start:S,jit_missing:TOOL,
+    bootstrap_timeout_after:N,transfer_error_after:N` (the last two: a prefill server, pd.py)
     -> {name: value} (a number; for jit_missing the build tool's name, ninja when not given)."""
     out: dict = {}
     for part in (spec or "").split(","):
@@ -49,6 +51,8 @@ def parse_faults(spec: str | None) -> dict:
             "killed_at_in_flight",
             "slow_start",
             "jit_missing",
+            "bootstrap_timeout_after",
+            "transfer_error_after",
         ):
             raise SystemExit(f"SGLANG_SIM_FAULT: unknown fault {name!r}")
         if name == "jit_missing":
@@ -58,7 +62,7 @@ def parse_faults(spec: str | None) -> dict:
     return out
 
 
-class Sim(Startup, MultiNode, Routes):
+class Sim(Startup, MultiNode, PD, Routes):
     """One SGLang server process: its state, signals, request bookkeeping and faults; the start-up,
     multi-node and HTTP-route parts come from the classes it is made of."""
 
@@ -93,6 +97,7 @@ class Sim(Startup, MultiNode, Routes):
         self._tasks: set = set()  # strong references to background tasks
         self.eos_mean = int(env_float("SGLANG_SIM_EOS_MEAN", 256))
         self.dist: dist.Rendezvous | None = None  # multi-node: the connection(s) to the other nodes
+        self._pd_init()
 
     def _install_signals(self, loop) -> None:
         loop.add_signal_handler(signal.SIGTERM, self._on_sigterm)
@@ -135,7 +140,9 @@ class Sim(Startup, MultiNode, Routes):
         return s
 
     def finish(self, r: Req, t_end: float) -> None:
-        if r.kind != "health" and r.conn is not None:
+        if r.pd_room is not None:
+            self.pd_prefilled(r, t_end)  # a prefill server answers once the KV has left (pd.py)
+        elif r.kind != "health" and r.conn is not None:
             # the client's clock stops at the end marker: send it before any bookkeeping
             if r.stream:
                 r.conn.done()  # the last chunk already ended the body (Req.advance)

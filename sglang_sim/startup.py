@@ -286,6 +286,8 @@ class Startup:
         if a.node_rank > 0:
             await self._serve_dummy(loop)
             return
+        if self.pd_mode == "prefill":  # SGLang starts the bootstrap server before the API (pd.py)
+            await self.start_bootstrap_server(loop)
         try:
             server = await loop.create_server(lambda: Conn(self), a.host, a.port, reuse_address=True)
         except OSError as e:

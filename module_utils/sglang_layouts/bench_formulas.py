@@ -22,6 +22,12 @@ FORMULAS = {
     "output_tok_s": "sum(completion_tokens of completed requests) / duration_s",
     "tokens": "completion_tokens and prompt_tokens as the server counted them: meta_info of the last /generate "
     "chunk, or the usage chunk of the OpenAI routes (stream_options.include_usage); never the requested length",
+    "ttft_prefill_ms": "pd layouts: mean over the level's requests that reached a decode server through a KV "
+    "transfer of the time from the prefill server's arrival to its prefill's end (queue + prefill), from the decode "
+    "servers' counters read before and after the level (the simulator exports them; null, with ttft_split.why, "
+    "when the servers do not: never estimated)",
+    "ttft_transfer_ms": "pd layouts: the same mean of the KV transfer's time (prefill's end to the KV's arrival at "
+    "the decode server); the rest of TTFT is the router, the handshake and the first decode step",
     "ttft_ms": "t_first_token - t_start, where t_first_token is the arrival of the first chunk that carries "
     "output (meta_info.completion_tokens > 0 or non-empty text / delta)",
     "itl_ms": "gaps between the arrivals of consecutive output-carrying chunks of one request "

@@ -221,3 +221,64 @@ class Telemetry:
             if gpu["gpus"] == "absent":
                 gpu = "absent"
         return {"interval_s": self.interval, "server": server, "gpu": gpu}
+
+
+# A pd layout's decode servers: what their requests waited for before the first token, as counters
+# (sums over the requests whose KV arrived from a prefill server). Only the simulator exports them
+# (sglang_sim/pd.py); SGLang 0.5.x has no per-request split of this kind on /metrics.
+PD_COUNTERS = {
+    "prefill_s": "sglang:sim_pd_prefill_seconds_total",
+    "transfer_s": "sglang:sim_pd_transfer_seconds_total",
+    "transfers": "sglang:sim_pd_transfers_total",
+}
+
+
+def pd_counters(urls, api_key=None, timeout=10.0):
+    """The decode servers' PD counters summed: ({prefill_s, transfer_s, transfers}, None) or (None, why)."""
+    total = dict.fromkeys(PD_COUNTERS, 0.0)
+    for url in urls:
+        try:
+            status, body = http_json(url.rstrip("/") + "/metrics", api_key=api_key, timeout=timeout)
+        except (OSError, urllib.error.URLError, ValueError) as exc:
+            return None, f"GET {url}/metrics failed: {exc}"
+        if status != 200 or not isinstance(body, str):
+            return (
+                None,
+                f"GET {url}/metrics answered HTTP {status} (start the decode servers with --enable-metrics)",
+            )
+        parsed = parse_prometheus(body)
+        missing = [name for name in PD_COUNTERS.values() if name not in parsed]
+        if missing:
+            return None, (
+                f"{url}/metrics has no per-request prefill/transfer split ({', '.join(missing)}): SGLang does not "
+                "export one; the level's TTFT is not split"
+            )
+        for key, name in PD_COUNTERS.items():
+            total[key] += sum(v for _, v in parsed[name] if not math.isnan(v))
+    return total, None
+
+
+def ttft_split(before, after, why=None):
+    """A level's mean prefill and KV-transfer share of TTFT from the counters before and after it:
+    {ttft_prefill_ms, ttft_transfer_ms, ttft_split: {measured, requests, source | why}}; the two
+    figures are null when not measured (never estimated)."""
+    if why is None and (before is None or after is None):
+        why = "the decode servers' counters could not be read"
+    n = 0 if why else after["transfers"] - before["transfers"]
+    if not why and n <= 0:
+        why = "no request of the level reached a decode server through a KV transfer"
+    if why:
+        return {
+            "ttft_prefill_ms": None,
+            "ttft_transfer_ms": None,
+            "ttft_split": {"measured": False, "why": why},
+        }
+    return {
+        "ttft_prefill_ms": round((after["prefill_s"] - before["prefill_s"]) / n * 1e3, 3),
+        "ttft_transfer_ms": round((after["transfer_s"] - before["transfer_s"]) / n * 1e3, 3),
+        "ttft_split": {
+            "measured": True,
+            "requests": int(n),
+            "source": "decode servers' /metrics: " + ", ".join(PD_COUNTERS.values()),
+        },
+    }

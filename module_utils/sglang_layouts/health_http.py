@@ -77,6 +77,12 @@ def redact(obj):
     return obj
 
 
+# SGLang's placeholder bootstrap address (sglang/srt/disaggregation/utils.py): a request that carries
+# it is served by a prefill or decode server alone, with no peer and no KV transfer (SGLang's own
+# warm-up and health probes). A plain server ignores the fields, so the confirmation always sends them.
+FAKE_BOOTSTRAP_HOST = "2.2.2.2"
+
+
 def collect_info(base_url: str, api_key=None, timeout=10.0, kv_tokens=None) -> dict:
     """The one-token /generate confirmation, /server_info and /model_info.
 
@@ -84,7 +90,12 @@ def collect_info(base_url: str, api_key=None, timeout=10.0, kv_tokens=None) -> d
     code, body = _request(
         base_url + "/generate",
         "POST",
-        {"text": "ping", "sampling_params": {"max_new_tokens": 1, "temperature": 0}},
+        {
+            "text": "ping",
+            "sampling_params": {"max_new_tokens": 1, "temperature": 0},
+            "bootstrap_host": FAKE_BOOTSTRAP_HOST,
+            "bootstrap_room": 0,
+        },
         api_key,
         timeout,
     )

@@ -68,6 +68,10 @@ CLASSES = (
     "model_not_found",
     "crashed",
     "ready_timeout",
+    # prefill/decode disaggregation (a pd layout): a request's KV did not reach the decode server
+    "kv_bootstrap_timeout",
+    "kv_transfer_timeout",
+    "kv_transfer_failed",
 )
 
 READY_LINE = "The server is fired up and ready to roll!"
@@ -376,6 +380,42 @@ RULES: tuple[Rule, ...] = (
         "vLLM's CPU attention does not support this head_dim",
         "raised",
         "vLLM 0.32.0 CPU run",
+    ),
+    # Prefill/decode disaggregation: a request failed between a prefill and a decode server (the
+    # servers live on; sglang/srt/disaggregation/prefill.py, decode.py, mooncake/conn.py). The two
+    # timeouts before the transfer error: their lines name KVTransferError as well.
+    _r(
+        "kv_bootstrap_timeout",
+        r"timed out after [\d.]+s in KVPoll\.Bootstrapping|Some requests timed out when bootstrapping",
+        True,
+        "a prefill server waited SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (300 s by default) for a decode "
+        "server's handshake (its KV indices): the decode pool is full or the decode server cannot reach "
+        "the prefill's bootstrap port; check the decode server's log and KV usage, the bootstrap port between "
+        "the hosts, and raise the timeout (or add decode capacity) if a longer TTFT is acceptable",
+        "logged",
+        "SGLang 0.5.x source (disaggregation/prefill.py, mooncake/conn.py); issue reports (300 s under load)",
+    ),
+    _r(
+        "kv_transfer_timeout",
+        r"in KVPoll\.WaitingForInput|fail to receive KV Cache transfer done signal",
+        True,
+        "a decode server waited SGLANG_DISAGGREGATION_WAITING_TIMEOUT (300 s by default) for a request's KV: "
+        "the transfer backend is stuck or slow (mooncake/nixl: the IB device, --disaggregation-ib-device; "
+        "NIXL needs UCX_NET_DEVICES; a first UCX transfer can take ~38 s) or the prefill server gave the "
+        "request up (its log says why)",
+        "logged",
+        "SGLang 0.5.x source (disaggregation/decode.py, mooncake/conn.py); issue reports",
+    ),
+    _r(
+        "kv_transfer_failed",
+        r"(?:Prefill|Decode) transfer failed for request|Prefill bootstrap failed for request"
+        r"|KVTransferError|Transfer thread failed",
+        True,
+        "a KV transfer between a prefill and a decode server failed: the peer died or its transfer "
+        "session dropped (`remote mooncake session ... is not alive`, `Failed to get kvcache from prefill "
+        "instance`); check the other role's log, the transfer backend and the IB device",
+        "logged",
+        "SGLang 0.5.x source (disaggregation/prefill.py, decode.py); issue reports",
     ),
     # Generic: something failed, the cause may follow.
     _r(

@@ -4,7 +4,9 @@ A layout is a list of units, each one process under systemd or the supervisor:
 - a plain layout: one `server` unit on the planned host;
 - a multi-node layout (nnodes > 1): one `server` unit per node, node rank r on the r-th host of
   the group; node rank 0 serves HTTP and is gated for readiness, the others for liveness;
-- a replica layout: N `replica` units on the hosts' GPU blocks and one `router` unit in front.
+- a replica layout: N `replica` units on the hosts' GPU blocks and one `router` unit in front;
+- a pd layout (plan_pd.py): `prefill` and `decode` units and one `router` unit in front, planned
+  with their units already; it is placed as a replica layout is (the router serves and records).
 
 The planner puts `units` and `placement` into every layout plan; the service role loops over the
 units of its host and never works out placement itself.
@@ -46,8 +48,14 @@ def _with_node_rank(argv: list, rank: int) -> list:
     return out
 
 
+# Roles stopped in the second phase, after the router in front of them.
+BEHIND_ROUTER = ("replica", "prefill", "decode")
+
+
 def layout_units(plan: dict) -> list[dict]:
     """Every unit of a layout plan, over all its hosts, in start order (replicas before the router)."""
+    if plan.get("pd"):
+        return [dict(u) for u in plan["units"]]  # planned with its units (plan_pd.py)
     if plan.get("replicas") and plan.get("router"):
         units = [
             {
@@ -102,7 +110,8 @@ def placement(plan: dict, host: str | None) -> dict:
     """Which hosts run the layout, which one serves its API and keeps its record, seen from `host`."""
     units = plan["units"]
     multinode = plan.get("nnodes", 1) > 1
-    replicated = bool(plan.get("replicas") and plan.get("router"))
+    # behind a router: a replica layout or a pd layout (its router serves and records it)
+    replicated = bool((plan.get("replicas") or plan.get("pd")) and plan.get("router"))
     hosts: list = []
     for unit in units:
         if unit["host"] is not None and unit["host"] not in hosts:
@@ -129,6 +138,7 @@ def placement(plan: dict, host: str | None) -> dict:
         "record_host": api_host,
         "multinode": multinode,
         "replicated": replicated,
+        "pd": bool(plan.get("pd")),
         "spans": spans,
         "here": here,
     }
@@ -142,6 +152,42 @@ def units_on(plan: dict, host: str | None, role: str | None = None) -> list[dict
         on_host = unit["host"] in (None, host) if not spans else unit["host"] == host
         if on_host and (role is None or unit["role"] == role):
             out.append(unit)
+    return out
+
+
+def router_workers(plan: dict) -> dict:
+    """What a layout's router must count healthy: its engine units (replicas, or prefill and decode
+    servers), their URLs as the router reaches them, by role."""
+    workers = [u for u in plan.get("units") or [] if u["role"] != "router"]
+    urls = {r["unit_name"]: r.get("url") for r in plan.get("replicas") or []}
+    by_role: dict[str, list] = {}
+    for unit in workers:
+        by_role.setdefault(unit["role"], []).append(unit.get("url") or urls.get(unit["name"]))
+    return {"count": len(workers), "urls": [u for v in by_role.values() for u in v], "by_role": by_role}
+
+
+def argv_problems(plan: dict) -> list[str]:
+    """Why the service role cannot start a layout's units: a layout with no unit, or a unit whose
+    command line is neither an engine's server nor sglang-router (the role swaps only the
+    interpreter and, for the simulator, the module). Empty when every unit can start."""
+    name = plan.get("name")
+    units = plan.get("units") or []
+    if not units:
+        return [
+            f"layout {name}: the plan has no unit to start (verdict {plan.get('verdict')}): "
+            "run `make plan` (or plan.yml) and read its reasons"
+        ]
+    servers = [list(eng.launcher[1:3]) for eng in ENGINES.values()]
+    out = []
+    for unit in units:
+        argv = [str(a) for a in unit.get("argv") or []]
+        want = [["-m", "sglang_router.launch_router"]] if unit.get("role") == "router" else servers
+        if argv[1:3] not in want:
+            out.append(
+                f"layout {name}: unit {unit.get('name')} ({unit.get('role')}) would run {argv[:3] or 'nothing'}, "
+                f"not {' or '.join('python3 ' + ' '.join(w) for w in want)}: the plan is not one this "
+                "collection made (plan again) or the planner has a bug"
+            )
     return out
 
 
@@ -263,7 +309,9 @@ def stop_order(plan: dict, host: str | None, layout: str = "all", installed=None
     then: list[str] = []
     for entry in layouts:
         for unit in units_on(entry, host):
-            late = unit["role"] == "replica" or (unit["role"] == "server" and (unit["node_rank"] or 0) > 0)
+            late = unit["role"] in BEHIND_ROUTER or (
+                unit["role"] == "server" and (unit["node_rank"] or 0) > 0
+            )
             target = then if late else first
             if unit["name"] not in target:
                 target.append(unit["name"])

@@ -8,8 +8,9 @@ layout of its own (the same rules, memory and KV arithmetic), then placed: its r
 blocks, their HTTP and bootstrap ports, the router in front. The decode pool holds the
 conversations (every running request's whole KV cache); the prefill pool only the prompts in flight.
 
-What is planned here is not deployed yet: the entry's verdict is `planned` (the sweep records it
-as skipped), its top-level `units` stay empty, and each role's units wait under `pd.<role>.units`.
+The entry is deployed like a replica layout: its `units` are the prefill servers, the decode
+servers and the router, in start order (placement.py); `router` names the router unit and `pd`
+keeps each role's plan (memory, KV, units).
 """
 
 from __future__ import annotations
@@ -30,9 +31,6 @@ from .plan_validate import check_pd_ports, check_pd_reach, check_pd_transfer_bac
 from .render import unit_name
 
 ROLES = ("prefill", "decode")
-# Why a planned pd layout is not started (the sweep's skipped record carries it).
-NOT_DEPLOYED = "pd layouts are planned but not deployed yet"
-ROUTER_LAUNCHER = ("python3", "-m", "sglang_router.launch_router")
 # sglang-router's own flags for the router: policies (docs/router.md)
 ROUTER_POLICY_FLAGS = {
     "policy": "--policy",
@@ -50,12 +48,22 @@ def _with_flag(flags: list[str], flag: str, value: str) -> list[str]:
     return out
 
 
-def _role_layout(name: str, pd: dict, role: str, lay: dict, gpus: list[int], port: int, bootstrap) -> dict:
+def pd_engine(serving: dict) -> str:
+    """The engine of a pd layout: SGLang, or its simulator where the inventory runs the simulator
+    (vLLM has no pd layouts here)."""
+    return "sim" if str(serving.get("engine") or "sglang").lower() == "sim" else "sglang"
+
+
+def _role_layout(
+    name: str, pd: dict, role: str, lay: dict, gpus: list[int], port: int, bootstrap, engine: str = "sglang"
+) -> dict:
     """The plain layout planner.plan_layout plans for one replica of a role."""
     r = pd[role]
     args = {**lay["args"], **r["args"]}
     if r["mem_fraction_static"] is not None:
         args["mem_fraction_static"] = r["mem_fraction_static"]
+    # the benchmark reads each level's prefill/transfer split from the decode servers' /metrics
+    args.setdefault("enable_metrics", True)
     args["disaggregation_mode"] = role
     args["disaggregation_transfer_backend"] = pd["transfer_backend"]
     if pd["ib_device"]:
@@ -69,7 +77,7 @@ def _role_layout(name: str, pd: dict, role: str, lay: dict, gpus: list[int], por
         "port": port,
         "args": args,
         "env": {**lay["env"], **r["env"]},
-        "engine": "sglang",
+        "engine": engine,
     }
 
 
@@ -114,7 +122,7 @@ def plan_pd_layout(
     sglang_version: str | None = None,
 ) -> dict:
     """One pd layout's plan entry: each role's plan (memory, KV, units), the router, the verdict."""
-    from .planner import plan_layout  # the planner dispatches pd layouts here
+    from .planner import ROUTER_LAUNCHER, plan_layout  # the planner dispatches pd layouts here
 
     lay = normalize_pd(layout)
     name, pd = lay["name"], lay["pd"]
@@ -126,6 +134,7 @@ def plan_pd_layout(
     hosts = cluster["hosts"] or [cluster["host"]]
     addresses = cluster["addresses"] or hosts
     base = lay["port"] or int(serving_n["base_port"])
+    engine = pd_engine(serving_n)
 
     # the shape of each role decides its GPUs per replica (plan_rules, as for any layout)
     reasons: list[str] = []
@@ -175,7 +184,14 @@ def plan_pd_layout(
                 )
         sub = plan_layout(
             _role_layout(
-                name, pd, role, lay, gpus0, ports[role][0], bootstrap[0] if role == "prefill" else None
+                name,
+                pd,
+                role,
+                lay,
+                gpus0,
+                ports[role][0],
+                bootstrap[0] if role == "prefill" else None,
+                engine,
             ),
             spec,
             hw,
@@ -209,6 +225,8 @@ def plan_pd_layout(
                     "gate": "ready",
                     "ports": extra_ports,
                     "bootstrap_port": bootstrap[i] if role == "prefill" else None,
+                    # where the router reaches it (loopback on the router's host), set below
+                    "url": None,
                 }
             )
         groups = sub["parallel"]["dp"] if sub["parallel"]["dp"] > 1 else 1
@@ -265,6 +283,9 @@ def plan_pd_layout(
         at = "127.0.0.1" if unit["host"] == router_host else unit["address"]
         return f"http://{at}:{unit['port']}"
 
+    for role in ROLES:
+        for unit in roles[role]["units"]:
+            unit["url"] = url(unit)
     router_flags = ["--pd-disaggregation"]
     for unit in roles["prefill"]["units"]:
         router_flags += ["--prefill", url(unit), str(unit["bootstrap_port"])]
@@ -301,10 +322,7 @@ def plan_pd_layout(
         verdict = "oom"
         failure = next(roles[r]["failure"] for r in ROLES if roles[r]["verdict"] == "oom")
     else:
-        verdict, failure = "planned", "not_deployed"
-    reasons.append(
-        f"{name}: {NOT_DEPLOYED}. The sweep records it as skipped; each role's units are in the plan."
-    )
+        verdict, failure = "fits", None
     here = cluster["host"]
     gpu_ids = sorted(
         {g for u in all_units if u["host"] in (here, None) or here is None for g in u["gpu_ids"]}
@@ -312,7 +330,7 @@ def plan_pd_layout(
     shared_gpus = {(u["host"], g) for u in all_units for g in u["gpu_ids"]}
     plan = {
         "name": name,
-        "engine": "sglang",
+        "engine": engine,
         "verdict": verdict,
         "failure": failure,
         "reasons": reasons,
@@ -339,7 +357,7 @@ def plan_pd_layout(
         "load_format": subs["decode"]["load_format"],
         "dummy_weights": subs["decode"]["dummy_weights"],
         "flags": [],
-        # nothing to start yet: the service role asserts a server's argv and finds none
+        # no one server command line: each unit has its own (units below)
         "argv": [],
         "env": {},
         "secret_env": sorted({k for role in ROLES for k in subs[role]["secret_env"]}),
@@ -354,7 +372,14 @@ def plan_pd_layout(
             "router": {**router_unit, "policies": dict(pd["router"]), "units": [router_unit]},
             "start_order": ["prefill", "decode", "router"],
         },
-        "units": [],
+        "router": {
+            "unit_name": router_unit["name"],
+            "host": router_host,
+            "port": base,
+            "argv": router_unit["argv"],
+            "policies": dict(pd["router"]),
+        },
+        "units": all_units,
     }
     plan["placement"] = placement(plan, here)
     return plan

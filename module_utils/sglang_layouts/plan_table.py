@@ -137,6 +137,16 @@ def plan_table(plan: dict) -> list[str]:
             "  pd layouts: prefill/decode per cell (P+D GPUs; KV tokens per server: decode holds the "
             "conversations, prefill only the prompts in flight)"
         )
+        for e in plan["layouts"]:
+            pds = (e.get("speed") or {}).get("pd")
+            if pds:
+                m, kv = pds["rate_matched"], pds["kv_transfer"]
+                out.append(
+                    f"  {e['name']}: prefill pool {pds['prefill']['req_s']:g} req/s, decode pool "
+                    f"{pds['decode']['req_s']:g} req/s; rate-matched {m['req_s']:g} req/s = {m['output_tok_s']:g} "
+                    f"output tok/s ({m['limited_by']}-bound); KV transfer {kv['ms_per_request']:g} ms a request "
+                    f"over {kv['link']['name']} ({kv['link']['gbs']:g} GB/s)"
+                )
     for e in plan["layouts"]:
         for reason in e["reasons"]:
             out.append(f"  {e['verdict']}: {reason}")

@@ -54,6 +54,7 @@ from .render import render_argv, render_env, slug, unit_name
 from .secrets import MASK, is_secret, mask_env
 from .secrets import patterns as secret_patterns
 from .speed import predict as predict_speed
+from .speed import predict_pd
 
 __all__ = [
     "LAYOUT_KEYS",
@@ -568,7 +569,8 @@ def _add_speed(plans: list[dict], hardware: dict, bench: dict | None) -> str | N
     for p in plans:
         p["speed"] = None
         if p["verdict"] == "fits":
-            p["speed"], why = predict_speed(p, hardware, bench)
+            # a pd layout: each pool's rate, the rate-matched throughput and the KV transfer (speed.py)
+            p["speed"], why = (predict_pd if p.get("pd") else predict_speed)(p, hardware, bench)
             why_not = why_not or why
             if p["speed"]:
                 # what a record needs to predict this layout again at another workload (speed_check.py)
@@ -577,9 +579,8 @@ def _add_speed(plans: list[dict], hardware: dict, bench: dict | None) -> str | N
 
 
 def _units_here(p: dict, host: str | None) -> list[str]:
-    """The units a layout really runs on this host: its own, or its replicas' and router's."""
-    if p.get("pd"):
-        return []  # planned, never started yet (plan_pd.py): no unit of it to conflict with
+    """The units a layout really runs on this host: its own, or its replicas' (pd: prefill and
+    decode servers') and router's."""
     if not p["placement"]["replicated"]:
         return [p["unit_name"]]
     return [unit["name"] for unit in units_on(p, host)]

@@ -31,6 +31,8 @@ OPTIONAL_COLUMNS = (
     "predicted_peak_tok_s",
     "speed_flag",
     "tool_s",
+    "ttft_prefill_peak_ms",
+    "ttft_transfer_peak_ms",
 )
 
 COLUMNS = (
@@ -50,6 +52,9 @@ COLUMNS = (
     ("ttft_c1_p99_ms", "TTFT c=1 p99 ms"),
     ("ttft_peak_p50_ms", "TTFT peak p50 ms"),
     ("ttft_peak_p99_ms", "TTFT peak p99 ms"),
+    # pd layouts: the peak level's mean TTFT parts, where the decode servers measure them (bench.py)
+    ("ttft_prefill_peak_ms", "TTFT peak: prefill ms"),
+    ("ttft_transfer_peak_ms", "TTFT peak: KV transfer ms"),
     ("knee_concurrency", "knee"),
     ("slo_max_rate", "max rate under SLO req/s"),
     ("slo_goodput_tok_s", "goodput tok/s under SLO"),
@@ -133,6 +138,7 @@ def rows(records):
                 "ttft_c1_p99_ms": s.get("single_request_ttft_ms_p99"),
                 "ttft_peak_p50_ms": s.get("peak_ttft_ms_p50"),
                 "ttft_peak_p99_ms": s.get("peak_ttft_ms_p99"),
+                **_pd_split(rec, s.get("peak_concurrency")),
                 "knee_concurrency": s.get("knee_concurrency"),
                 "peak_request_rate": s.get("peak_request_rate"),
                 "slo_max_rate": rec.get("slo_max_rate", s.get("slo_max_rate")),
@@ -162,6 +168,23 @@ def rows(records):
             }
         )
     return out
+
+
+def _pd_split(rec, peak_concurrency):
+    """A pd layout's peak level: its measured prefill and KV-transfer parts of TTFT (null where the
+    servers do not measure them, and for every other layout)."""
+    level = next(
+        (
+            lv
+            for lv in rec.get("levels") or []
+            if lv.get("mode", "concurrency") == "concurrency" and lv.get("concurrency") == peak_concurrency
+        ),
+        {},
+    )
+    return {
+        "ttft_prefill_peak_ms": level.get("ttft_prefill_ms"),
+        "ttft_transfer_peak_ms": level.get("ttft_transfer_ms"),
+    }
 
 
 def _stalled_levels(rec):

@@ -25,6 +25,7 @@ from .plan_inputs import normalize_layout
 from .plan_rules import layout_problems, parallel_shape
 from .results import cost_per_mtok
 from .speed import predict as predict_speed
+from .speed import predict_pd
 
 OBJECTIVES = {
     "single": "single-request decode tok/s (higher is better)",
@@ -368,7 +369,7 @@ class Predictor:
 
         key = prediction_key(plan, self.hardware, self.bench)
         if key not in self.cache:
-            speed, _ = predict_speed(plan, self.hardware, self.bench)
+            speed, _ = (predict_pd if plan.get("pd") else predict_speed)(plan, self.hardware, self.bench)
             if speed:
                 speed["hardware"] = {
                     k: self.hardware.get(k)

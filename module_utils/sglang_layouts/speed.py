@@ -125,6 +125,48 @@ def _nvlink() -> dict:
 
 INTERCONNECTS["nvlink"] = _nvlink()
 
+# The KV cache's way from a prefill server to a decode server (pd layouts): per GPU, each prefill
+# rank sends its own share of every token's KV to its decode peer, all ranks at once. (GB/s, status,
+# source); the same host uses the GPUs' interconnect, other hosts the network.
+KV_LINKS: dict[str, tuple[float, str, str]] = {
+    "nvlink": (
+        INTERCONNECTS["nvlink"]["busbw_gbs"],
+        "MEAS",
+        "NVLink GPU to GPU: " + INTERCONNECTS["nvlink"]["source"],
+    ),
+    "pcie": (
+        INTERCONNECTS["pcie"]["busbw_gbs"],
+        "OPEN",
+        "PCIe GPU to GPU: " + INTERCONNECTS["pcie"]["source"],
+    ),
+    "rdma": (50.0, "OPEN", "one 400 Gb/s RDMA NIC per GPU (HGX reference design), mooncake/nixl; prior"),
+    "tcp": (3.0, "OPEN", "mooncake_tcp: TCP through host memory (~25 Gb/s effective); prior"),
+    "fake": (0.0, "SRC", "transfer backend fake: no bytes move (SGLang's test backend)"),
+}
+
+
+def kv_link(hardware: dict, transfer_backend: str | None, same_host: bool = True) -> dict:
+    """The link a pd layout's KV transfer runs over: {name, gbs, status, source}."""
+    backend = (transfer_backend or "mooncake").lower()
+    if backend == "fake":
+        name = "fake"
+    elif backend == "mooncake_tcp":
+        name = "tcp"
+    elif same_host:
+        name = "nvlink" if (hardware.get("gpu_interconnect") or "pcie").lower() == "nvlink" else "pcie"
+    else:
+        name = "rdma"
+    gbs, status, source = KV_LINKS[name]
+    return {"name": name, "gbs": gbs, "status": status, "source": source}
+
+
+def kv_transfer_s(kv_bytes_per_token: float | None, prompt_tokens: int, link_gbs: float) -> float:
+    """Seconds to move one request's KV from prefill to decode: the plan's bytes per token (per rank,
+    every rank sending its share at once) x prompt tokens / the link's bandwidth (0 on `fake`)."""
+    if not kv_bytes_per_token or link_gbs <= 0:
+        return 0.0
+    return float(kv_bytes_per_token) * max(0, int(prompt_tokens)) / (link_gbs * 1e9)
+
 
 def c(name: str) -> float:
     return CONSTANTS[name][0]
@@ -188,9 +230,24 @@ def sglang_size_defaults(gpu_memory_gib: float, tp: int) -> tuple[int, int]:
 def prediction_key(layout_plan: dict, hardware: dict, bench: dict | None) -> str:
     """Everything predict() reads of a layout, its host and the workload, as one string."""
     argv = [str(a) for a in (layout_plan.get("argv") or [])]
+    pd = layout_plan.get("pd")
+    cost = layout_plan.get("cost")
+    if pd:  # a pd layout: what predict_pd reads of each role, the backend and the hosts
+        cost = {
+            "pd": [
+                [
+                    pd[r].get(k)
+                    for k in ("cost", "kv_tokens", "kv_bytes_per_token", "replicas", "gpu_memory_gib")
+                ]
+                + [(pd[r].get("units") or [{}])[0].get("argv")]
+                for r in ("prefill", "decode")
+            ],
+            "transfer_backend": pd.get("transfer_backend"),
+            "hosts": pd.get("hosts"),
+        }
     return json.dumps(
         [
-            layout_plan.get("cost"),
+            cost,
             layout_plan.get("kv_tokens"),
             bool(layout_plan.get("dummy_weights")),
             [_flag(argv, f) for f in READ_FLAGS],
@@ -610,4 +667,119 @@ def predict(layout_plan: dict, hardware: dict, bench: dict | None) -> tuple[dict
         "input_len": input_len,
         "output_len": output_len,
         "assumptions": model.assumptions(),
+    }, None
+
+
+def _role_model(pd_plan: dict, role: str, hardware: dict):
+    """The speed model of one role of a pd layout (its own plan: cost, KV capacity, flags)."""
+    r = pd_plan["pd"][role]
+    units = r.get("units") or [{}]
+    role_plan = {
+        "cost": r.get("cost"),
+        "kv_tokens": r.get("kv_tokens"),
+        "dummy_weights": pd_plan.get("dummy_weights"),
+        "argv": units[0].get("argv") or [],
+    }
+    hw = {**hardware, "gpu_memory_gib": r.get("gpu_memory_gib") or hardware.get("gpu_memory_gib")}
+    return model_for(role_plan, hw)
+
+
+def predict_pd(pd_plan: dict, hardware: dict, bench: dict | None) -> tuple[dict | None, str | None]:
+    """A pd layout's `speed` block: each pool's rate, the rate-matched throughput, the KV transfer.
+
+    Prefill pool: prompts/s of its replicas, each prefilling one chunk of prompts after another.
+    Decode pool: output tok/s of its replicas at their largest batch (max_running_requests, and the
+    conversations its KV pool holds). Rate-matched: requests/s = min of the two; the slower pool bounds
+    the layout. KV transfer per request: kv_transfer_s(the prefill's bytes per token, input_len, the
+    link). A closed loop of c streams: each request costs its prefill slot on the pool (c x the pool's
+    time per prompt per cycle at most) or its own TTFT plus output_len decode steps, whichever is longer."""
+    models = {}
+    for role in ("prefill", "decode"):
+        m, why = _role_model(pd_plan, role, hardware)
+        if m is None:
+            return None, why
+        models[role] = m
+    bench = bench or {}
+    concurrency = [int(x) for x in (bench.get("concurrency") or [1, 2, 4, 8, 16, 32, 64])]
+    input_len = int(bench.get("input_len") or 1024)
+    output_len = int(bench.get("output_len") or 256)
+    pre, dec = pd_plan["pd"]["prefill"], pd_plan["pd"]["decode"]
+    p_rep, d_rep = int(pre.get("replicas") or 1), int(dec.get("replicas") or 1)
+    mp, md = models["prefill"], models["decode"]
+
+    # the prefill pool: a chunk of whole prompts per batch
+    per_batch = max(1, mp.chunk // input_len)
+    t_batch = mp.prefill(per_batch * input_len, per_batch)
+    prefill_req_s = p_rep * per_batch / t_batch
+    prefill_one_s = mp.prefill(input_len, 1)
+    # the decode pool: its largest batch (the conversations its KV holds, max_running_requests)
+    ctx = input_len + output_len / 2
+    running = max(1, int((dec.get("kv_tokens") or 0) // max(1, input_len + output_len)))
+    if md.max_running:
+        running = min(running, md.max_running)
+    step_full = md.decode_step(running, running * ctx)
+    decode_tok_s = d_rep * running / step_full
+    decode_req_s = decode_tok_s / output_len
+    matched_req_s = min(prefill_req_s, decode_req_s)
+    link = kv_link(
+        hardware,
+        (pd_plan.get("pd") or {}).get("transfer_backend"),
+        same_host=len(pd_plan["pd"].get("hosts") or [1]) <= 1,
+    )
+    kv_bpt = pre.get("kv_bytes_per_token")
+    transfer_s = kv_transfer_s(kv_bpt, input_len, link["gbs"])
+    ttft0 = prefill_one_s + transfer_s + md.decode_step(1, input_len)
+
+    by = {}
+    for cc in concurrency:
+        per_rep = max(1, min(running, math.ceil(cc / d_rep)))
+        step = md.decode_step(per_rep, per_rep * ctx)
+        cycle = max(ttft0 + output_len * step, cc / prefill_req_s)
+        by[str(cc)] = {
+            "output_tok_s": round(cc * output_len / cycle, 1),
+            "ttft_ms": round((cycle - output_len * step) * 1e3, 1),
+            "itl_ms": round(step * 1e3, 3),
+        }
+    peak_c = max(by, key=lambda k: by[k]["output_tok_s"])
+    limited = "prefill" if prefill_req_s < decode_req_s else "decode"
+    return {
+        "single_tok_s": round(1.0 / md.decode_step(1, ctx), 1),
+        "peak_tok_s": by[peak_c]["output_tok_s"],
+        "peak_concurrency": int(peak_c),
+        "bound": "prefill_pool" if limited == "prefill" else md.bound(running, running * ctx),
+        "by_concurrency": by,
+        "input_len": input_len,
+        "output_len": output_len,
+        "pd": {
+            "prefill": {
+                "replicas": p_rep,
+                "req_s": round(prefill_req_s, 2),
+                "input_tok_s": round(prefill_req_s * input_len, 1),
+                "prefill_ms": round(prefill_one_s * 1e3, 2),
+            },
+            "decode": {
+                "replicas": d_rep,
+                "running": running,
+                "output_tok_s": round(decode_tok_s, 1),
+                "req_s": round(decode_req_s, 2),
+            },
+            "rate_matched": {
+                "req_s": round(matched_req_s, 2),
+                "output_tok_s": round(matched_req_s * output_len, 1),
+                "limited_by": limited,
+            },
+            "kv_transfer": {
+                "ms_per_request": round(transfer_s * 1e3, 3),
+                "bytes_per_request": int((kv_bpt or 0) * input_len),
+                "link": link,
+            },
+            "ttft_ms_single": round(ttft0 * 1e3, 1),
+        },
+        "assumptions": [
+            f"pd: prefill pool {p_rep} x {mp.chunk}-token chunks, decode pool {d_rep} x {running} running "
+            "(KV pool / (input + output))",
+            f"pd: KV transfer {kv_bpt} B/token (the plan's, per rank) over {link['name']} at {link['gbs']:g} GB/s "
+            f"({link['source']})",
+            *md.assumptions(),
+        ],
     }, None

@@ -111,6 +111,31 @@ FATAL = [
     ("Initialization failed. warmup error: Traceback (most recent call last):", "crashed"),
     (PREFIX + "Scheduler hit an exception: Traceback (most recent call last):", "crashed"),
     ("Received sigquit from a child process. It usually means the child failed.", "crashed"),
+    # prefill/decode disaggregation: real lines from SGLang issue reports (0.5.8-0.5.12, mooncake/nixl)
+    (
+        "[2026-02-19 16:33:31 TP0] Prefill bootstrap failed for request rank=0 req.rid='be001b94bbc848f2b1aa71e1e2b70aa8' "
+        "req.bootstrap_room=2148295886124306552 with exception KVTransferError(bootstrap_room=2148295886124306552): "
+        "Request 2148295886124306552 timed out after 300.0s in KVPoll.Bootstrapping",
+        "kv_bootstrap_timeout",
+    ),
+    (
+        "[2026-02-27 15:01:51 TP3] Decode transfer failed for request rank=3 decode_req.req.rid='63b1b22dad53465b92560ebdda56d075' "
+        "decode_req.req.bootstrap_room=6593551520068383758 with exception KVTransferError(bootstrap_room=6593551520068383758): "
+        "Request 6593551520068383758 timed out after 1800.0s in KVPoll.WaitingForInput",
+        "kv_transfer_timeout",
+    ),
+    (
+        "[2026-02-26 16:00:13 TP10] Prefill transfer failed for request rank=10 req.rid='05d7da4356e3481b93e3312fa7397608' "
+        "req.bootstrap_room=887504041590801090 with exception KVTransferError(bootstrap_room=887504041590801090): Decode "
+        "instance could be dead, remote mooncake session 10.99.91.35:16581 is not alive",
+        "kv_transfer_failed",
+    ),
+    (
+        "[2026-02-27 15:01:51 TP5] Decode transfer failed for request rank=5 decode_req.req.rid='63b1b22dad53465b92560ebdda56d075' "
+        "decode_req.req.bootstrap_room=6593551520068383758 with exception KVTransferError(bootstrap_room=6593551520068383758): "
+        "Failed to get kvcache from prefill instance, it might be dead",
+        "kv_transfer_failed",
+    ),
 ]
 
 BENIGN = [

@@ -51,6 +51,7 @@ def test_a_plain_layout_is_one_server_unit_on_its_host(plans):
         "record_host": "b",
         "multinode": False,
         "replicated": False,
+        "pd": False,
         "spans": False,
         "here": True,
     }

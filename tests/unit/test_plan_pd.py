@@ -1,12 +1,12 @@
 """pd layouts (prefill/decode disaggregation): each role planned as a layout, its units, the router,
-the refusals, one row of the plan table; nothing of it deployed yet."""
+the refusals, one row of the plan table; its units are the layout's, as for replicas behind a router."""
 
 import json
 
 import pytest
 from sglang_layouts import planner
 from sglang_layouts.model import PlanError
-from sglang_layouts.plan_pd import NOT_DEPLOYED
+from sglang_layouts.placement import argv_problems, router_workers, stop_order
 from sglang_layouts.plan_table import plan_table
 
 from tests.helpers.demo import DEMO_SERVING, SEED_BOX
@@ -101,8 +101,7 @@ def seed(repo):
 
 def test_seed_pd_plans_each_role_like_a_layout(seed):
     tp8, pd = entry(seed, "tp8"), entry(seed, "pd-8-16")
-    assert pd["verdict"] == "planned" and pd["failure"] == "not_deployed"
-    assert any(NOT_DEPLOYED in r for r in pd["reasons"])
+    assert pd["verdict"] == "fits" and pd["failure"] is None and pd["reasons"] == []
     for role in ("prefill", "decode"):
         r = pd["pd"][role]
         assert r["verdict"] == "fits"
@@ -112,7 +111,31 @@ def test_seed_pd_plans_each_role_like_a_layout(seed):
     assert pd["pd"]["decode"]["kv_tokens_total"] == 2 * tp8["kv_tokens"]
     assert pd["kv_tokens"] == pd["pd"]["decode"]["kv_tokens"]
     assert "conversations" in pd["pd"]["decode"]["holds"] and "in flight" in pd["pd"]["prefill"]["holds"]
-    assert pd["gpus_used"] == 24 and pd["units"] == [] and pd["argv"] == []
+    assert pd["gpus_used"] == 24 and pd["argv"] == []
+    # the layout's units: prefill, decode, router in start order (each role's, unchanged)
+    units = [*pd["pd"]["prefill"]["units"], *pd["pd"]["decode"]["units"], pd["pd"]["router"]["units"][0]]
+    assert [u["name"] for u in pd["units"]] == [u["name"] for u in units]
+    assert [u["role"] for u in pd["units"]] == ["prefill", "decode", "decode", "router"]
+    # placed as a layout behind a router: the router's host serves and records it
+    assert pd["placement"]["replicated"] and pd["placement"]["pd"]
+    assert pd["placement"]["api_host"] == "h" and pd["placement"]["hosts"] == ["h", "h2", "h3"]
+    assert pd["router"]["unit_name"] == pd["unit_name"] and pd["router"]["port"] == pd["port"] == 30000
+
+
+def test_seed_pd_router_counts_every_server_and_stops_first(seed):
+    pd = entry(seed, "pd-8-16")
+    workers = router_workers(pd)
+    assert workers["count"] == 3
+    assert workers["by_role"] == {
+        "prefill": ["http://127.0.0.1:30001"],
+        "decode": ["http://h2:30002", "http://h3:30003"],
+    }
+    order = stop_order({"layouts": [pd]}, "h", "pd-8-16")
+    router = pd["pd"]["router"]["units"][0]["name"]
+    assert order["first"] == [router] and order["then"] == [pd["pd"]["prefill"]["units"][0]["name"]]
+    # another layout on the same GPUs conflicts with the pd layout's units on this host
+    tp8 = entry(seed, "tp8")
+    assert router in tp8["conflicts"] and pd["pd"]["prefill"]["units"][0]["name"] in tp8["conflicts"]
 
 
 def test_seed_pd_units_ports_and_hosts(seed):
@@ -158,14 +181,17 @@ def test_seed_pd_argv_against_sglang_0_5_16(seed):
 def test_seed_pd_is_one_row_of_the_plan_table(seed):
     lines = plan_table(seed)
     row = next(line for line in lines if line.startswith("pd-8-16 "))
-    assert "P8+D16 of 24" in row and "165,228/165,228" in row and "planned" in row
-    assert NOT_DEPLOYED in row
+    assert "P8+D16 of 24" in row and "165,228/165,228" in row and "fits" in row
     assert sum(line.startswith("pd-8-16 ") for line in lines) == 1
 
 
 def test_seed_pd_does_not_change_the_other_layouts(repo, seed):
     alone = plan([{"name": "tp8", "tp": 8}], kimi(repo), hosts=("h", "h2", "h3"))
-    assert entry(alone, "tp8") == entry(seed, "tp8")
+    # the same plan but for the conflicts: the pd layout shares GPUs 0-7 of host h with tp8
+    mine, theirs = entry(alone, "tp8"), entry(seed, "tp8")
+    assert {k: v for k, v in mine.items() if k != "conflicts"} == {
+        k: v for k, v in theirs.items() if k != "conflicts"
+    }
 
 
 def test_seed_pd_that_does_not_fit_is_oom_per_role(repo):
@@ -191,13 +217,13 @@ def test_mla_model_may_differ_in_tp(repo):
         kimi(repo),
         hosts=("h", "h2"),
     )
-    assert entry(doc, "pd")["verdict"] == "planned"
+    assert entry(doc, "pd")["verdict"] == "fits"
     doc = plan(
         [{"name": "pd", "pd": {"prefill": {"tp": 8}, "decode": {"tp": 4, "pp": 2}}}],
         kimi(repo),
         hosts=("h", "h2"),
     )
-    assert entry(doc, "pd")["verdict"] == "planned"
+    assert entry(doc, "pd")["verdict"] == "fits"
 
 
 # -- one H200, both roles on its GPU (pd.share_gpus) -------------------------------------------
@@ -210,7 +236,7 @@ def one_gpu():
 
 def test_one_h200_shared_gpu(one_gpu):
     pd = entry(one_gpu, "pd1")
-    assert pd["verdict"] == "planned", pd["reasons"]
+    assert pd["verdict"] == "fits", pd["reasons"]
     p, d = pd["pd"]["prefill"], pd["pd"]["decode"]
     assert p["units"][0]["gpu_ids"] == d["units"][0]["gpu_ids"] == [0] and pd["gpus_used"] == 1
     assert p["mem_fraction_static"] == 0.4 and d["mem_fraction_static"] == 0.5
@@ -428,3 +454,19 @@ def test_servers_on_other_hosts_need_a_public_bind(repo):
     lay = {"name": "pd", "pd": {"prefill": {"tp": 8}, "decode": {"tp": 8}}}
     with pytest.raises(PlanError, match=r"its servers on h2 bind 127.0.0.1, but the router on h calls them"):
         plan([lay], kimi(repo), serving=DEMO_SERVING, hosts=("h", "h2"))
+
+
+def test_every_unit_of_a_pd_layout_can_start_even_a_forced_one(repo, seed):
+    """The service role's check before anything starts (placement.argv_problems): every unit runs an
+    engine's server or sglang-router; an oom pd layout (started with sglang_force) has its units too."""
+    assert argv_problems(entry(seed, "pd-8-16")) == []
+    doc = plan([{"name": "pd44", "pd": {"prefill": {"tp": 4}, "decode": {"tp": 4}}}], kimi(repo))
+    oom = entry(doc, "pd44")
+    assert oom["verdict"] == "oom" and argv_problems(oom) == []
+    assert [u["role"] for u in oom["units"]] == ["prefill", "decode", "router"]
+    # a plan without units, or a unit that is no engine: said in words, with what to do
+    (msg,) = argv_problems({**oom, "units": []})
+    assert "no unit to start" in msg and "make plan" in msg
+    bad = {**oom, "units": [{**oom["units"][0], "argv": ["python3", "-m", "http.server"]}]}
+    (msg,) = argv_problems(bad)
+    assert "pd44-prefill0" in msg and "python3 -m sglang.launch_server" in msg

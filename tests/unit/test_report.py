@@ -173,3 +173,35 @@ def test_the_tools_own_time_is_a_column_when_records_have_it(tmp_path):
     assert cells[header.strip("|").split("|").index(" tool s ")] == "8.0"
     rows = list(csv.DictReader(io.StringIO((tmp_path / "run1" / "summary.csv").read_text())))
     assert next(r for r in rows if r["layout"] == "dp-attention")["tool_s"] == "8.0"
+
+
+def test_a_pd_layout_is_compared_on_the_same_columns_with_its_ttft_split(tmp_path):
+    """A pd layout's row sits beside the others (tok/s, TTFT, cost...); its peak level's prefill and
+    KV-transfer parts of TTFT get their own columns, empty for layouts that have none."""
+    rd = str(tmp_path)
+    _fill(rd)
+    pd_levels = [_level(1, 40.0, 40.0, 60.0), _level(64, 1000.0, 16.0, 200.0)]
+    pd_levels[1].update({"ttft_prefill_ms": 120.0, "ttft_transfer_ms": 2.5, "ttft_split": {"measured": True}})
+    pd_levels[0].update({"ttft_prefill_ms": 30.0, "ttft_transfer_ms": 2.0, "ttft_split": {"measured": True}})
+    _store(rd, "pd44", 8, pd_levels)
+    results.update_latest(rd, "run1")
+    report.build_report(rd, None, plots=False)
+    md = (tmp_path / "run1" / "REPORT.md").read_text()
+    header = [
+        c.strip()
+        for c in next(ln for ln in md.splitlines() if ln.startswith("| layout")).strip("|").split("|")
+    ]
+    cells = {
+        name: [
+            c.strip()
+            for c in next(ln for ln in md.splitlines() if ln.startswith(f"| {name} ")).strip("|").split("|")
+        ]
+        for name in ("pd44", "tp8")
+    }
+    col = header.index("TTFT peak: prefill ms")
+    assert (
+        cells["pd44"][col] == "120.0" and cells["pd44"][header.index("TTFT peak: KV transfer ms")] == "2.50"
+    )
+    assert cells["tp8"][col] in ("", "-", "None")
+    assert cells["pd44"][header.index("peak tok/s")] == "1000.0"
+    assert "Winner for peak throughput: pd44" in md

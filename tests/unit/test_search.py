@@ -339,3 +339,27 @@ def test_report_section_sets_predicted_before_and_after_beside_measured(peak_pla
     assert json.dumps(sec)
     # no search in the run: no section
     assert search_calibrate.report_section(recs[:2]) is None
+
+
+def test_a_named_pd_layout_is_ranked_with_its_own_prediction(repo):
+    """A fitting pd layout of the inventory is ranked beside the candidates by speed.predict_pd (its
+    pools), not by a plain layout's model, and two pd layouts never share a cached prediction."""
+    hw = {**SEED_BOX, "gpu_memory_gib": 192}
+    layouts = [
+        {"name": "pd44", "pd": {"prefill": {"tp": 4}, "decode": {"tp": 4}}},
+        {
+            "name": "pd44tcp",
+            "pd": {"prefill": {"tp": 4}, "decode": {"tp": 4}, "transfer_backend": "mooncake_tcp"},
+        },
+    ]
+    doc = planner.plan_host(
+        {**_inputs(repo, {"objective": "peak"}, layouts), "hardware": {**hw, "gpu_name": GPU}}
+    )
+    ranked = {e["name"]: e for e in doc["search"]["ranked"] if e.get("named")}
+    assert set(ranked) == {"pd44", "pd44tcp"}
+    a, b = ranked["pd44"]["speed"], ranked["pd44tcp"]["speed"]
+    assert (
+        a["pd"]["kv_transfer"]["link"]["name"] == "pcie" and b["pd"]["kv_transfer"]["link"]["name"] == "tcp"
+    )
+    assert b["pd"]["kv_transfer"]["ms_per_request"] > a["pd"]["kv_transfer"]["ms_per_request"]
+    assert a["peak_tok_s"] == next(p for p in doc["layouts"] if p["name"] == "pd44")["speed"]["peak_tok_s"]

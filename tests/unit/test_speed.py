@@ -268,3 +268,82 @@ def test_bench_predict_meets_the_h200_targets_on_every_record_the_repo_holds():
     # because their plans say the prediction is unchecked
     unchecked = [r for r in doc["rows"] if r["group"] == "h200-unchecked"]
     assert {r["what"].split()[0] for r in unchecked} >= {"gpt-oss-120b", "gemma-3-27b-text", "mixtral-8x7b"}
+
+
+def test_kv_transfer_is_the_plans_bytes_per_token_over_the_link():
+    """pd layouts: one request's KV moves in bytes per token (the plan's, per rank) x prompt tokens
+    / the link; the link follows the transfer backend and whether the roles share a host."""
+    spec = planner.load_model({"name": "kimi-k2.6", "path": str(REPO / "models" / "kimi-k2.6")})
+    plan = planner.plan_layout({"name": "t", "tp": 8}, spec, {"gpu_count": 8, "gpu_memory_gib": 94.97}, {})
+    nvlink = speed.kv_link({"gpu_interconnect": "nvlink"}, "mooncake", same_host=True)
+    pcie = speed.kv_link({"gpu_interconnect": "pcie"}, "mooncake", same_host=True)
+    assert nvlink["name"] == "nvlink" and pcie["name"] == "pcie" and nvlink["gbs"] > pcie["gbs"]
+    assert speed.kv_link({}, "mooncake", same_host=False)["name"] == "rdma"
+    assert speed.kv_link({}, "mooncake_tcp", same_host=False)["name"] == "tcp"
+    fake = speed.kv_link({}, "fake")
+    t = speed.kv_transfer_s(plan["kv_bytes_per_token"], 4096, pcie["gbs"])
+    assert t == pytest.approx(plan["kv_bytes_per_token"] * 4096 / (pcie["gbs"] * 1e9))
+    assert speed.kv_transfer_s(plan["kv_bytes_per_token"], 8192, pcie["gbs"]) == pytest.approx(2 * t)
+    assert speed.kv_transfer_s(plan["kv_bytes_per_token"], 4096, fake["gbs"]) == 0.0
+
+
+def _pd_plan(layouts, interconnect="pcie", bench=None, model=None):
+    return planner.plan_host(
+        {
+            "host": "h",
+            "model": model or {"name": "kimi-k2.6", "path": str(REPO / "models" / "kimi-k2.6")},
+            "layouts": layouts,
+            "hardware": {
+                "gpu_count": 8,
+                "gpu_memory_gib": 192,
+                "gpu_interconnect": interconnect,
+                "gpu_name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+            },
+            "serving": {},
+            "bench": bench or {"concurrency": [1, 8, 64], "input_len": 1024, "output_len": 256},
+        }
+    )
+
+
+def test_pd_speed_is_its_pools_rate_matched_plus_the_kv_transfer():
+    one = {"name": "p1d1", "pd": {"prefill": {"tp": 4}, "decode": {"tp": 4}}}
+    doc = _pd_plan([one])
+    (lp,) = doc["layouts"]
+    sp = lp["speed"]["pd"]
+    # rate-matched: the slower pool's requests/s, and the output tokens they make
+    assert sp["rate_matched"]["req_s"] == min(sp["prefill"]["req_s"], sp["decode"]["req_s"])
+    assert sp["rate_matched"]["limited_by"] == (
+        "prefill" if sp["prefill"]["req_s"] < sp["decode"]["req_s"] else "decode"
+    )
+    assert sp["rate_matched"]["output_tok_s"] == pytest.approx(sp["rate_matched"]["req_s"] * 256, rel=0.01)
+    # the KV transfer: the prefill role's bytes per token (the plan's) x input_len over the host's link
+    bpt = lp["pd"]["prefill"]["kv_bytes_per_token"]
+    link = speed.kv_link({"gpu_interconnect": "pcie"}, "mooncake", same_host=True)
+    assert sp["kv_transfer"]["bytes_per_request"] == bpt * 1024
+    assert sp["kv_transfer"]["ms_per_request"] == pytest.approx(
+        speed.kv_transfer_s(bpt, 1024, link["gbs"]) * 1e3, abs=1e-3
+    )
+    assert sp["kv_transfer"]["link"]["name"] == "pcie"
+    # TTFT of one request: its prefill, its transfer and a decode step
+    assert sp["ttft_ms_single"] > sp["prefill"]["prefill_ms"] + sp["kv_transfer"]["ms_per_request"]
+    assert lp["speed"]["by_concurrency"]["1"]["ttft_ms"] == pytest.approx(sp["ttft_ms_single"], abs=0.2)
+    # make plan says it under the table
+    from sglang_layouts.plan_table import plan_table
+
+    line = next(x for x in plan_table(doc) if x.startswith("  p1d1: "))
+    assert f"rate-matched {sp['rate_matched']['req_s']:g} req/s" in line and "over pcie" in line
+    # over NVLink the same KV moves faster
+    nv = _pd_plan([one], interconnect="nvlink")["layouts"][0]["speed"]["pd"]["kv_transfer"]
+    assert nv["ms_per_request"] < sp["kv_transfer"]["ms_per_request"]
+
+
+def test_pd_speed_a_second_prefill_server_doubles_the_prefill_pool():
+    qwen = {"name": "qwen3-30b-a3b", "path": str(REPO / "models" / "qwen3-30b-a3b")}
+    one = {"name": "p1d1", "pd": {"prefill": {"tp": 1}, "decode": {"tp": 1}}}
+    two = {"name": "p2d1", "pd": {"prefill": {"tp": 1, "replicas": 2}, "decode": {"tp": 1}}}
+    a, b = _pd_plan([one, two], model=qwen)["layouts"]
+    assert a["verdict"] == b["verdict"] == "fits", (a["reasons"], b["reasons"])
+    pa, pb = a["speed"]["pd"], b["speed"]["pd"]
+    assert pb["prefill"]["req_s"] == pytest.approx(2 * pa["prefill"]["req_s"], rel=0.01)
+    assert pb["decode"] == pa["decode"]
+    assert pb["rate_matched"]["req_s"] >= pa["rate_matched"]["req_s"]

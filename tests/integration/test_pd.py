@@ -1,0 +1,200 @@
+"""A pd layout (prefill/decode disaggregation) deployed by the real playbooks on this machine.
+
+The demo inventory (process supervisor, simulated engine, 8 simulated GPUs of 192 GiB) with one
+layout {name: pd44, pd: {prefill: {tp: 4}, decode: {tp: 4}}}: deploy.yml starts the prefill server
+(GPUs 0-3, base+1, its bootstrap port), the decode server (GPUs 4-7, base+2) and sglang-router
+--pd-disaggregation on the base port; each server is gated on its own, the router by /workers and
+one request end to end. bench.yml measures through the router; stop.yml stops the router, then
+the servers. The sweep measures and records it like any other layout, and the report lists it.
+A prefill server whose KV transfers fail (the simulator's fault) fails the router's end-to-end
+request with the class kv_transfer_failed.
+
+The router is the real sglang-router from PyPI (ci/router.sh), as in test_replicas.py.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.net import free_port
+from tests.helpers.playbook import REPO, failed_messages, run_playbook, task_results
+
+LAYOUT = "pd44"
+UNITS = {
+    "router": f"sglang-kimi-k2-6-{LAYOUT}-router.service",
+    "prefill": f"sglang-kimi-k2-6-{LAYOUT}-prefill0.service",
+    "decode": f"sglang-kimi-k2-6-{LAYOUT}-decode0.service",
+}
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the supervisor reads /proc")
+
+
+def free_ports():
+    """A base port P with P+1, P+2 (servers) and P+1000 (the router's Prometheus listener) free,
+    and a free bootstrap port."""
+    for _ in range(50):
+        base = free_port()
+        if base + 1000 > 65000:
+            continue
+        try:
+            for p in (base + 1, base + 2, base + 1000):
+                with socket.socket() as t:
+                    t.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return base, free_port()
+    pytest.fail("no free port block")
+
+
+def layout(bootstrap: int, name: str = LAYOUT, prefill_env: dict | None = None) -> dict:
+    return {
+        "name": name,
+        "pd": {
+            "prefill": {"tp": 4, "bootstrap_port": bootstrap, "env": prefill_env or {}},
+            "decode": {"tp": 4},
+            "transfer_backend": "mooncake",
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def env():
+    router = subprocess.run(
+        [str(REPO / "ci" / "router.sh")], capture_output=True, text=True, timeout=600, check=False
+    )
+    if router.returncode != 0:
+        pytest.fail(f"ci/router.sh could not build the sglang-router venv: {router.stderr[-2000:]}")
+    router_venv = router.stdout.strip().splitlines()[-1]
+    # Not under pytest's 0700 tmp dir: as root the engines run as the service user, which must reach it.
+    run_dir = Path(tempfile.mkdtemp(prefix="sglang-pd-it-"))
+    os.chmod(run_dir, 0o755)
+    port, bootstrap = free_ports()
+    runner = Path(tempfile.mkdtemp(prefix="sglang-pd-runner-"))
+    extra = {
+        "sglang_run_dir": str(run_dir),
+        "sglang_results_dir": str(run_dir / "results"),
+        "sglang_base_port": port,
+        "sglang_service_health_timeout": 120,
+        "sglang_service_router_venv": router_venv,
+        "sglang_layouts": [layout(bootstrap)],
+        "gpu_memory_gib": 192,
+        "sglang_bench_concurrency": [1, 8],
+        "sglang_bench_input_len": 64,
+        "sglang_bench_output_len": 16,
+        "sglang_bench_num_prompts": 16,
+        "sglang_report_plots": False,
+    }
+    yield {"runner": runner, "extra": extra, "run_dir": run_dir, "port": port, "bootstrap": bootstrap}
+    run(runner, extra, "stop.yml")
+    shutil.rmtree(run_dir, ignore_errors=True)
+    shutil.rmtree(runner, ignore_errors=True)
+
+
+def run(runner, extra, playbook):
+    return run_playbook(playbook, runner, extravars=extra)
+
+
+def pid_of(run_dir, unit):
+    path = Path(run_dir) / f"{unit}.pid"
+    return int(path.read_text().split()[0]) if path.exists() else None
+
+
+def get_json(url):
+    with urllib.request.urlopen(url, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def log_of(run_dir, unit) -> str:
+    return (Path(run_dir) / f"{unit}.log").read_text(errors="replace")
+
+
+def test_pd_layout_deploys_gates_benches_and_stops(env):
+    e, extra, run_dir, port, bootstrap = (
+        env["runner"],
+        env["extra"],
+        env["run_dir"],
+        env["port"],
+        env["bootstrap"],
+    )
+
+    r = run(e, {**extra, "layout": LAYOUT}, "deploy.yml")
+    assert r.rc == 0, failed_messages(r)
+    pids = {k: pid_of(run_dir, u) for k, u in UNITS.items()}
+    assert all(pids.values()), pids
+    # each server gated on its own, then the router: its workers and one request end to end
+    gated = [x["__sglang_service_unit"]["name"] for x in task_results(r, "Gate | Wait until each server")]
+    assert sorted(gated) == sorted([UNITS["prefill"], UNITS["decode"]])
+    e2e = [x for x in task_results(r, "Router | One request end to end") if not x.get("skipped")]
+    assert len(e2e) == 1 and e2e[0]["status"] == 200, e2e
+    workers = get_json(f"http://127.0.0.1:{port}/workers")
+    kinds = sorted((w["worker_type"], w["url"]) for w in workers["workers"] if w["is_healthy"])
+    assert kinds == [("decode", f"http://127.0.0.1:{port + 2}"), ("prefill", f"http://127.0.0.1:{port + 1}")]
+    with urllib.request.urlopen(f"http://127.0.0.1:{bootstrap}/health", timeout=30) as resp:
+        assert resp.status == 200  # the prefill server's bootstrap server
+    facts = next(task_results(r, "Facts | Measured readiness"))["ansible_facts"]
+    assert facts["sglang_service_current"]["url"] == f"http://127.0.0.1:{port}"
+    assert facts["sglang_health"]["pd"] == {
+        "prefill": [f"http://127.0.0.1:{port + 1}"],
+        "decode": [f"http://127.0.0.1:{port + 2}"],
+    }
+
+    r = run(e, {**extra, "layout": LAYOUT, "run_id": "pd-it"}, "bench.yml")
+    assert r.rc == 0, failed_messages(r)
+    record = json.loads((run_dir / "results" / "pd-it" / "seed-box" / f"{LAYOUT}.json").read_text())
+    assert record["status"] == "ok", record.get("summary")
+    assert record["summary"]["failed"] == 0
+    # each level's TTFT split from the decode server's counters: prefill and KV transfer, measured
+    for level in record["levels"]:
+        assert level["ttft_split"]["measured"], level["ttft_split"]
+        assert level["ttft_split"]["requests"] == level["completed"]
+        assert 0 < level["ttft_prefill_ms"] < level["ttft_ms"]["mean"]
+        assert 0 < level["ttft_transfer_ms"] < level["ttft_ms"]["mean"]
+    # every prompt was prefilled by the prefill server; the decode server prefilled none of them
+    prefill_log, decode_log = log_of(run_dir, UNITS["prefill"]), log_of(run_dir, UNITS["decode"])
+    big = [ln for ln in prefill_log.splitlines() if "Prefill batch" in ln and "#new-token: 1," not in ln]
+    assert len(big) >= 1, prefill_log[-2000:]
+    assert not [ln for ln in decode_log.splitlines() if "Prefill batch" in ln and "#new-token: 1," not in ln]
+
+    r = run(e, extra, "stop.yml")
+    assert r.rc == 0, failed_messages(r)
+    for unit in UNITS.values():
+        assert pid_of(run_dir, unit) is None, unit
+    for p in (port, port + 1, port + 2, bootstrap):
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", p)) != 0, f"port {p} still open after stop"
+
+
+def test_sweep_measures_records_and_reports_the_pd_layout(env):
+    e, extra, run_dir = env["runner"], env["extra"], env["run_dir"]
+    r = run(e, {**extra, "run_id": "pd-sweep"}, "sweep.yml")
+    assert r.rc == 0, failed_messages(r)
+    out = run_dir / "results" / "pd-sweep"
+    record = json.loads((out / "seed-box" / f"{LAYOUT}.json").read_text())
+    assert record["status"] == "ok", record.get("msg")
+    assert record["gpus_used"] == 8 and record["simulated"] is True
+    assert record["health"]["router"]["url"] == record["health"]["url"]
+    assert [x for x in task_results(r, "Check | Each unit still runs") if not x.get("skipped")], (
+        "the check ran"
+    )
+    for unit in UNITS.values():
+        assert pid_of(run_dir, unit) is None, unit
+    report = (out / "REPORT.md").read_text()
+    assert LAYOUT in report
+
+
+def test_a_failing_kv_transfer_fails_the_gate_with_its_class(env):
+    e, extra, bootstrap = env["runner"], env["extra"], env["bootstrap"]
+    bad = layout(bootstrap, "pdbad", {"SGLANG_SIM_FAULT": "transfer_error_after:0"})
+    r = run(e, {**extra, "sglang_layouts": [bad], "layout": "pdbad"}, "deploy.yml")
+    assert r.rc != 0
+    text = "\n".join(failed_messages(r))
+    assert "kv_transfer_failed" in text, text
+    run(e, {**extra, "sglang_layouts": [bad]}, "stop.yml")
