@@ -115,51 +115,62 @@ def pinning_figures() -> set[str]:
     return {fig for e in entries for fig in e.get("figures") or []}
 
 
+def record_model(path: str):
+    """(record, model name, SpeedModel, plan) of one ok real record with levels under benchmarks/results/,
+    the model from models/<name> and the server's own argv; None for anything else."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            rec = json.load(f)
+    except ValueError:
+        return None
+    if not isinstance(rec, dict) or rec.get("status") != "ok" or rec.get("simulated"):
+        return None
+    cfg = rec.get("bench_config") or {}
+    mpath = ((rec.get("health") or {}).get("model_info") or {}).get("model_path") or ""
+    name = os.path.basename(mpath)
+    if not os.path.exists(os.path.join(REPO, "models", name, "config.json")):
+        return None
+    if not cfg.get("ignore_eos", True):
+        return None  # outputs end at EOS: the output length is not the configured one
+    srv = (rec.get("health") or {}).get("server_args") or {}
+    par = (rec.get("prediction") or {}).get("parallel") or {}
+    layout = {
+        "name": rec["layout"],
+        "tp": par.get("tp", 1),
+        "pp": par.get("pp", 1),
+        "ep": par.get("ep", 1),
+    }
+    if rec.get("dummy_weights"):
+        layout["args"] = {"load_format": "dummy"}
+    serving = {
+        "mem_fraction_static": srv.get("mem_fraction_static", 0.88),
+        "max_running_requests": srv.get("max_running_requests"),
+        "context_length": srv.get("context_length"),
+        "kv_cache_dtype": None if srv.get("kv_cache_dtype") in (None, "auto") else srv["kv_cache_dtype"],
+    }
+    hw = {
+        "gpu_count": (rec.get("gpu") or {}).get("gpu_count", 1),
+        "gpu_memory_gib": (rec.get("gpu") or {}).get("gpu_memory_gib", 139.8),
+        "gpu_interconnect": (rec.get("gpu") or {}).get("gpu_interconnect", "none"),
+        "gpu_name": ((rec.get("gpu") or {}).get("gpu_names") or ["NVIDIA H200"])[0],
+    }
+    m, p = model(name, layout, hw, serving)
+    p["argv"] = rec.get("argv") or p["argv"]  # the server as it ran (CUDA graphs, overlap...)
+    m, _ = speed.model_for(p, hw)
+    return rec, name, m, p
+
+
 def h200_rows():
     out = []
     pins = pinning_figures()
     for path in sorted(
         glob.glob(os.path.join(REPO, "benchmarks", "results", "**", "*.json"), recursive=True)
     ):
-        try:
-            with open(path, encoding="utf-8") as f:
-                rec = json.load(f)
-        except ValueError:
+        got = record_model(path)
+        if got is None:
             continue
-        if not isinstance(rec, dict) or rec.get("status") != "ok" or rec.get("simulated"):
-            continue
+        rec, name, m, p = got
         cfg = rec.get("bench_config") or {}
-        mpath = ((rec.get("health") or {}).get("model_info") or {}).get("model_path") or ""
-        name = os.path.basename(mpath)
-        if not os.path.exists(os.path.join(REPO, "models", name, "config.json")):
-            continue
-        if not cfg.get("ignore_eos", True):
-            continue  # outputs end at EOS: the output length is not the configured one
-        srv = (rec.get("health") or {}).get("server_args") or {}
-        par = (rec.get("prediction") or {}).get("parallel") or {}
-        layout = {
-            "name": rec["layout"],
-            "tp": par.get("tp", 1),
-            "pp": par.get("pp", 1),
-            "ep": par.get("ep", 1),
-        }
-        if rec.get("dummy_weights"):
-            layout["args"] = {"load_format": "dummy"}
-        serving = {
-            "mem_fraction_static": srv.get("mem_fraction_static", 0.88),
-            "max_running_requests": srv.get("max_running_requests"),
-            "context_length": srv.get("context_length"),
-            "kv_cache_dtype": None if srv.get("kv_cache_dtype") in (None, "auto") else srv["kv_cache_dtype"],
-        }
-        hw = {
-            "gpu_count": (rec.get("gpu") or {}).get("gpu_count", 1),
-            "gpu_memory_gib": (rec.get("gpu") or {}).get("gpu_memory_gib", 139.8),
-            "gpu_interconnect": (rec.get("gpu") or {}).get("gpu_interconnect", "none"),
-            "gpu_name": ((rec.get("gpu") or {}).get("gpu_names") or ["NVIDIA H200"])[0],
-        }
-        m, p = model(name, layout, hw, serving)
-        p["argv"] = rec.get("argv") or p["argv"]  # the server as it ran (CUDA graphs, overlap...)
-        m, _ = speed.model_for(p, hw)
         rel = os.path.relpath(path, REPO)
         prompts = cfg.get("num_prompts") or []
         for i, lv in enumerate(rec.get("levels") or []):

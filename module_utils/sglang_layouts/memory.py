@@ -181,6 +181,7 @@ def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hard
         "allreduce_bytes_per_token": int(spec.config["hidden_size"]) * spec.quant.param_bytes,
         # what the speed model (speed.py) needs besides bytes: kernel path, router, attention shape
         "family": spec.family,
+        "kernels_per_layer": spec.arch.kernels_per_layer or None,
         "quant_method": spec.quant.method,
         "int4_group_size": spec.quant.group_size,
         "hidden_size": int(spec.config["hidden_size"]),

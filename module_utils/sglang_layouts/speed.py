@@ -256,7 +256,8 @@ class SpeedModel:
         self.hidden = int(cost.get("hidden_size") or 0)
         self.attn_dim = int(cost.get("attn_flop_dim") or 0)
         self.attn_tp = int(cost.get("attn_tp") or self.tp)
-        self.k_layer = KERNELS_PER_LAYER.get(self.family, KERNELS_PER_LAYER["gqa"])
+        # the architecture's own count (archs.Arch.kernels_per_layer), else its family's
+        self.k_layer = int(cost.get("kernels_per_layer") or KERNELS_PER_LAYER.get(self.family, KERNELS_PER_LAYER["gqa"]))
         self._share: dict[tuple[int, float], float] = {}
         self.ar = self._allreduce_table()
 
