@@ -6,6 +6,7 @@ Groups:
   h200      every ok record with concurrency levels under benchmarks/results/ (the model from models/<name>,
             the server's own argv, the bench's request lengths replayed through speed.simulate)
   h200-eager  the same for records served without CUDA graphs (host-bound)
+  h200-stalled levels the stall rule calls stalled that the record kept as first measured (shown, not checked)
   h200-pins every level of the records that pinned a constant (benchmarks/pin_constants.py): shown, not
             checked (a constant fitted to a figure cannot then be checked against it)
   published figures for other boxes, with their source URL
@@ -29,7 +30,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "module_utils"))
 
-from sglang_layouts import planner, speed  # noqa: E402
+from sglang_layouts import bench_stall, planner, speed  # noqa: E402
 
 SEED_HW = {
     "gpu_count": 8,
@@ -160,6 +161,24 @@ def record_model(path: str):
     return rec, name, m, p
 
 
+def stalled_levels(rec) -> set[int]:
+    """Indexes of the record's levels that the stall rule (bench_stall, all three rules) calls stalled but
+    the record kept as measured once: their figures time a compile, not the warm engine."""
+    levels = rec.get("levels") or []
+    mrr = ((rec.get("health") or {}).get("server_args") or {}).get("max_running_requests")
+    done = [lv for lv in levels if lv.get("completed") and lv.get("ttft_ms") and lv.get("concurrency")]
+    out = set()
+    for i, lv in enumerate(levels):
+        if lv not in done or (lv.get("stall") or {}).get("detected"):
+            continue
+        others = [o for o in done if o is not lv]
+        below = bench_stall.neighbour_below([o for o in others if levels.index(o) < i], lv)
+        above = bench_stall.neighbour_above(others, lv)
+        if bench_stall.stall_verdict(lv, below, mrr, above=above)["detected"]:
+            out.add(i)
+    return out
+
+
 def h200_rows():
     out = []
     pins = pinning_figures()
@@ -173,6 +192,7 @@ def h200_rows():
         cfg = rec.get("bench_config") or {}
         rel = os.path.relpath(path, REPO)
         prompts = cfg.get("num_prompts") or []
+        stalled = stalled_levels(rec)
         for i, lv in enumerate(rec.get("levels") or []):
             conc = lv.get("concurrency")
             if conc is None or not lv.get("output_tok_s"):
@@ -186,6 +206,8 @@ def h200_rows():
             r = row("h200", what, lv["output_tok_s"], pred["output_tok_s"], rel)
             if rel in pins or f"{rel}@{conc}" in pins:
                 r["group"] = "h200-pins"
+            elif i in stalled:
+                r["group"] = "h200-stalled"  # the figure timed a stall the record kept (issue #28)
             elif not m.graphed(conc):
                 r["group"] = "h200-eager"  # graphs off, or a batch above the largest captured graph
             elif (p.get("cost") or {}).get("unchecked"):

@@ -191,9 +191,11 @@ def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hard
         "ep": par["ep"],
         "dp": par["dp"],
         "dp_attention": par["dp_attention"],
-        # DeepSeek/Kimi's biased sigmoid top-k: with dummy weights the bias alone picks the experts
+        # DeepSeek/Kimi's biased sigmoid top-k, gpt-oss's router bias: with dummy weights
+        # (U(-1e-3, 1e-3), one seed per parameter) the bias outweighs the token's logits and picks the experts
         "router_correction_bias": str(spec.config.get("topk_method") or "") == "noaux_tc"
-        or spec.arch.correction_bias == "always",
+        or spec.arch.correction_bias == "always"
+        or spec.arch.router_bias,
         # which layers read which KV (speed.py): full layers every token, sliding ones a window,
         # linear ones a fixed state per request
         "kv_layers": _kv_layers(spec, par),

@@ -546,7 +546,7 @@ class SpeedModel:
                 f"PP {self.pp}: micro-batches of {self.micro_batch(4096)} (max_running_requests // pp)"
             )
         if self.collapsed:
-            out.append("dummy weights + correction-bias router: every token routed to the same top-k experts")
+            out.append("dummy weights + a router bias: every token routed to the same top-k experts")
         elif self.n_experts:
             out.append(
                 "uniform top-k routing"
