@@ -110,6 +110,9 @@ ARCHS: dict[str, Arch] = {
             correction_bias="always",
             qkv_bias="attention_bias",
             qk_norm="head",
+            # FP8 checkpoints: an activation-quant kernel before each GEMM; the shared expert runs inside
+            # the fused MoE as expert E+1 (docs/cost-model.md)
+            kernels_per_layer=22,
             moe_kernel_checked=False,
         ),
         _A(
@@ -137,6 +140,7 @@ ARCHS: dict[str, Arch] = {
             moe_layers="interleave",
             dense_inter_key="intermediate_size_mlp",
             shared="one",
+            kernels_per_layer=24,  # attention 11 (fused qk norm, q copy) + shared expert 3 + routed MoE 10
             moe_kernel_checked=False,
             note="text-only Llama 4: SGLang keeps every layer's tokens (no hybrid pool for Llama4ForCausalLM)",
         ),

@@ -67,6 +67,11 @@ CONSTANTS: dict[str, tuple[float, str, str]] = {
     "q_extra_fp8_us": (0.0, "OPEN", "extra per-layer latency of fp8 block-scaled GEMMs at M=1; pinned by M3"),
     "marlin_block_m": (8, "SRC", "sglang fused_marlin_moe block_size_m for small batches"),
     "triton_moe_block_m": (16, "OPEN", "fused_moe triton BLOCK_SIZE_M at small M (tuned configs)"),
+    "triton_moe_block_m_fp8": (
+        64,
+        "SRC",
+        "fused_moe BLOCK_SIZE_M of fp8_w8a8 without a tuned config (fused_moe_triton_config.get_default_config)",
+    ),
 }
 
 # Our measurements replace the priors: data/speed_measured.json holds {"constants": {name: {"value",
@@ -286,7 +291,12 @@ class SpeedModel:
             return 0.0
         if self.collapsed:
             # the same k experts for every token: read once per kernel block of tokens
-            block = c("marlin_block_m") if self.quant == "int4_group" else c("triton_moe_block_m")
+            if self.quant == "int4_group":
+                block = c("marlin_block_m")
+            elif self.quant in ("fp8_block", "fp8_channel", "fp8_tensor"):
+                block = c("triton_moe_block_m_fp8")
+            else:
+                block = c("triton_moe_block_m")
             return self._busiest(self.top_k / self.n_experts) * math.ceil(tokens / block)
         f = 1.0 - (1.0 - min(1.0, self.top_k / self.n_experts)) ** tokens
         return self._busiest(f)
