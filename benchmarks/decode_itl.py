@@ -117,7 +117,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--logs", help="folder of raw unit logs (<unit>.service.log)")
     ap.add_argument("--write", help="store the per-batch medians derived from --logs here")
-    ap.add_argument("--from", dest="src", default=DEFAULT_DATA, help="per-batch medians (default %(default)s)")
+    ap.add_argument(
+        "--from", dest="src", default=DEFAULT_DATA, help="per-batch medians (default %(default)s)"
+    )
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     if a.logs:

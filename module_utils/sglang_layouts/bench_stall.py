@@ -151,7 +151,9 @@ def stall_verdict(
             )
     above_limit = None
     above_ttft = (above.get("ttft_ms") or {}).get("p50") if above is not None else None
-    own_queue = isinstance(max_running_requests, int) and (level.get("concurrency") or 0) > max_running_requests
+    own_queue = (
+        isinstance(max_running_requests, int) and (level.get("concurrency") or 0) > max_running_requests
+    )
     if above_ttft is not None and not own_queue:
         above_limit = max(floor_ms, factor * above_ttft)
         if ttft is not None and ttft > above_limit:

@@ -262,7 +262,9 @@ class SpeedModel:
         self.attn_dim = int(cost.get("attn_flop_dim") or 0)
         self.attn_tp = int(cost.get("attn_tp") or self.tp)
         # the architecture's own count (archs.Arch.kernels_per_layer), else its family's
-        self.k_layer = int(cost.get("kernels_per_layer") or KERNELS_PER_LAYER.get(self.family, KERNELS_PER_LAYER["gqa"]))
+        self.k_layer = int(
+            cost.get("kernels_per_layer") or KERNELS_PER_LAYER.get(self.family, KERNELS_PER_LAYER["gqa"])
+        )
         self._share: dict[tuple[int, float], float] = {}
         self.ar = self._allreduce_table()
 

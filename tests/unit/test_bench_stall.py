@@ -275,7 +275,11 @@ def test_no_level_of_the_qwen3_and_kimi_records_is_called_stalled():
         levels = [lv for lv in rec["levels"] if lv.get("completed") and lv.get("ttft_ms")]
         mrr = ((rec.get("health") or {}).get("server_args") or {}).get("max_running_requests")
         for lv, v in zip(levels, _verdicts(levels, mrr), strict=True):
-            assert v["detected"] is bool((lv.get("stall") or {}).get("detected")), (path, lv["concurrency"], v)
+            assert v["detected"] is bool((lv.get("stall") or {}).get("detected")), (
+                path,
+                lv["concurrency"],
+                v,
+            )
             checked += 1
     assert checked >= 40
 
@@ -291,10 +295,16 @@ def test_after_the_sweep_a_level_slower_to_first_token_than_a_heavier_one_is_mea
         # the c=2 level as the record of issue #28 had it: its first tokens 5 s late, far past c=4's
         slow = dict(levels[1], ttft_ms=dict(levels[1]["ttft_ms"], p50=5000.0))
         levels[1] = slow
-        bench.recheck_against_above(cfg, bench.level_specs(cfg), levels, {"max_running_requests": 8}, lines.append)
+        bench.recheck_against_above(
+            cfg, bench.level_specs(cfg), levels, {"max_running_requests": 8}, lines.append
+        )
     again = levels[1]
     assert again["stall"]["detected"] is True and again["stall"]["persisted"] is False
     assert any("heavier concurrency 4" in r for r in again["stall"]["reasons"])
     assert again["stall"]["first"]["ttft_ms"]["p50"] == 5000.0 and again["ttft_ms"]["p50"] < 1000 * FLOOR_S
     assert levels[0]["stall"]["detected"] is False and levels[2]["stall"]["detected"] is False
-    assert [ln.split(":")[0] for ln in lines[-3:]] == ["level c=2 stalled", "level c=2 again", "level c=2 done"]
+    assert [ln.split(":")[0] for ln in lines[-3:]] == [
+        "level c=2 stalled",
+        "level c=2 again",
+        "level c=2 done",
+    ]
