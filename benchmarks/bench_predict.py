@@ -6,6 +6,7 @@ Groups:
   h200      every ok record with concurrency levels under benchmarks/results/ (the model from models/<name>,
             the server's own argv, the bench's request lengths replayed through speed.simulate)
   h200-eager  the same for records served without CUDA graphs (host-bound)
+  h200-stalled levels the stall rule calls stalled that the record kept as first measured (shown, not checked)
   h200-pins every level of the records that pinned a constant (benchmarks/pin_constants.py): shown, not
             checked (a constant fitted to a figure cannot then be checked against it)
   published figures for other boxes, with their source URL
@@ -29,7 +30,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "module_utils"))
 
-from sglang_layouts import planner, speed  # noqa: E402
+from sglang_layouts import bench_stall, planner, speed  # noqa: E402
 
 SEED_HW = {
     "gpu_count": 8,
@@ -115,53 +116,83 @@ def pinning_figures() -> set[str]:
     return {fig for e in entries for fig in e.get("figures") or []}
 
 
+def record_model(path: str):
+    """(record, model name, SpeedModel, plan) of one ok real record with levels under benchmarks/results/,
+    the model from models/<name> and the server's own argv; None for anything else."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            rec = json.load(f)
+    except ValueError:
+        return None
+    if not isinstance(rec, dict) or rec.get("status") != "ok" or rec.get("simulated"):
+        return None
+    cfg = rec.get("bench_config") or {}
+    mpath = ((rec.get("health") or {}).get("model_info") or {}).get("model_path") or ""
+    name = os.path.basename(mpath)
+    if not os.path.exists(os.path.join(REPO, "models", name, "config.json")):
+        return None
+    if not cfg.get("ignore_eos", True):
+        return None  # outputs end at EOS: the output length is not the configured one
+    srv = (rec.get("health") or {}).get("server_args") or {}
+    par = (rec.get("prediction") or {}).get("parallel") or {}
+    layout = {
+        "name": rec["layout"],
+        "tp": par.get("tp", 1),
+        "pp": par.get("pp", 1),
+        "ep": par.get("ep", 1),
+    }
+    if rec.get("dummy_weights"):
+        layout["args"] = {"load_format": "dummy"}
+    serving = {
+        "mem_fraction_static": srv.get("mem_fraction_static", 0.88),
+        "max_running_requests": srv.get("max_running_requests"),
+        "context_length": srv.get("context_length"),
+        "kv_cache_dtype": None if srv.get("kv_cache_dtype") in (None, "auto") else srv["kv_cache_dtype"],
+    }
+    hw = {
+        "gpu_count": (rec.get("gpu") or {}).get("gpu_count", 1),
+        "gpu_memory_gib": (rec.get("gpu") or {}).get("gpu_memory_gib", 139.8),
+        "gpu_interconnect": (rec.get("gpu") or {}).get("gpu_interconnect", "none"),
+        "gpu_name": ((rec.get("gpu") or {}).get("gpu_names") or ["NVIDIA H200"])[0],
+    }
+    m, p = model(name, layout, hw, serving)
+    p["argv"] = rec.get("argv") or p["argv"]  # the server as it ran (CUDA graphs, overlap...)
+    m, _ = speed.model_for(p, hw)
+    return rec, name, m, p
+
+
+def stalled_levels(rec) -> set[int]:
+    """Indexes of the record's levels that the stall rule (bench_stall, all three rules) calls stalled but
+    the record kept as measured once: their figures time a compile, not the warm engine."""
+    levels = rec.get("levels") or []
+    mrr = ((rec.get("health") or {}).get("server_args") or {}).get("max_running_requests")
+    done = [lv for lv in levels if lv.get("completed") and lv.get("ttft_ms") and lv.get("concurrency")]
+    out = set()
+    for i, lv in enumerate(levels):
+        if lv not in done or (lv.get("stall") or {}).get("detected"):
+            continue
+        others = [o for o in done if o is not lv]
+        below = bench_stall.neighbour_below([o for o in others if levels.index(o) < i], lv)
+        above = bench_stall.neighbour_above(others, lv)
+        if bench_stall.stall_verdict(lv, below, mrr, above=above)["detected"]:
+            out.add(i)
+    return out
+
+
 def h200_rows():
     out = []
     pins = pinning_figures()
     for path in sorted(
         glob.glob(os.path.join(REPO, "benchmarks", "results", "**", "*.json"), recursive=True)
     ):
-        try:
-            with open(path, encoding="utf-8") as f:
-                rec = json.load(f)
-        except ValueError:
+        got = record_model(path)
+        if got is None:
             continue
-        if not isinstance(rec, dict) or rec.get("status") != "ok" or rec.get("simulated"):
-            continue
+        rec, name, m, p = got
         cfg = rec.get("bench_config") or {}
-        mpath = ((rec.get("health") or {}).get("model_info") or {}).get("model_path") or ""
-        name = os.path.basename(mpath)
-        if not os.path.exists(os.path.join(REPO, "models", name, "config.json")):
-            continue
-        if not cfg.get("ignore_eos", True):
-            continue  # outputs end at EOS: the output length is not the configured one
-        srv = (rec.get("health") or {}).get("server_args") or {}
-        par = (rec.get("prediction") or {}).get("parallel") or {}
-        layout = {
-            "name": rec["layout"],
-            "tp": par.get("tp", 1),
-            "pp": par.get("pp", 1),
-            "ep": par.get("ep", 1),
-        }
-        if rec.get("dummy_weights"):
-            layout["args"] = {"load_format": "dummy"}
-        serving = {
-            "mem_fraction_static": srv.get("mem_fraction_static", 0.88),
-            "max_running_requests": srv.get("max_running_requests"),
-            "context_length": srv.get("context_length"),
-            "kv_cache_dtype": None if srv.get("kv_cache_dtype") in (None, "auto") else srv["kv_cache_dtype"],
-        }
-        hw = {
-            "gpu_count": (rec.get("gpu") or {}).get("gpu_count", 1),
-            "gpu_memory_gib": (rec.get("gpu") or {}).get("gpu_memory_gib", 139.8),
-            "gpu_interconnect": (rec.get("gpu") or {}).get("gpu_interconnect", "none"),
-            "gpu_name": ((rec.get("gpu") or {}).get("gpu_names") or ["NVIDIA H200"])[0],
-        }
-        m, p = model(name, layout, hw, serving)
-        p["argv"] = rec.get("argv") or p["argv"]  # the server as it ran (CUDA graphs, overlap...)
-        m, _ = speed.model_for(p, hw)
         rel = os.path.relpath(path, REPO)
         prompts = cfg.get("num_prompts") or []
+        stalled = stalled_levels(rec)
         for i, lv in enumerate(rec.get("levels") or []):
             conc = lv.get("concurrency")
             if conc is None or not lv.get("output_tok_s"):
@@ -175,6 +206,8 @@ def h200_rows():
             r = row("h200", what, lv["output_tok_s"], pred["output_tok_s"], rel)
             if rel in pins or f"{rel}@{conc}" in pins:
                 r["group"] = "h200-pins"
+            elif i in stalled:
+                r["group"] = "h200-stalled"  # the figure timed a stall the record kept (issue #28)
             elif not m.graphed(conc):
                 r["group"] = "h200-eager"  # graphs off, or a batch above the largest captured graph
             elif (p.get("cost") or {}).get("unchecked"):

@@ -422,7 +422,8 @@ ansible_facts:
               type: float
             stall:
               description:
-                - The stall rule's verdict (formulas C(stall)) - detected, reasons, gap_limit_ms, ttft_limit_ms; when
+                - The stall rule's verdict (formulas C(stall)) - detected, reasons, gap_limit_ms, ttft_limit_ms,
+                  ttft_above_limit_ms; when
                   detected also first (the first measurement's whole level entry), persisted (the second
                   measurement stalled too) and reasons_again. Null with stall_check off.
                 - When detected, every other figure of the level is the second measurement's (so are the summary,

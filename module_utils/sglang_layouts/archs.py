@@ -48,6 +48,9 @@ class Arch:
     sinks: bool = False  # gpt-oss: one learned sink logit per head
     kv_pool: str = "full"
     moe_kernel_checked: bool = True  # speed model: H200 records of this architecture meet the target
+    # speed model: kernel nodes of one decode layer in the CUDA graph, counted from the model file
+    # (docs/cost-model.md itemises each count); 0: speed.KERNELS_PER_LAYER of the family
+    kernels_per_layer: int = 0
     # --moe-dense-tp-size 1 replicates the dense (first_k_dense) MLP layers on every rank
     # (deepseek_v2.py / glm4_moe.py: enable_moe_dense_fully_dp() -> tp_size=1)
     dense_fully_dp: bool = False
@@ -82,6 +85,7 @@ ARCHS: dict[str, Arch] = {
             "models/mixtral.py",
             experts_key="num_local_experts",
             expert_inter_key="intermediate_size",
+            kernels_per_layer=18,  # Qwen3-MoE's 20 without q_norm / k_norm
             moe_kernel_checked=False,
         ),
         _A(
@@ -92,6 +96,7 @@ ARCHS: dict[str, Arch] = {
             shared="key",
             shared_gate=True,
             qkv_bias="always",
+            kernels_per_layer=25,  # 18 as Mixtral + the gated shared expert's 7
             moe_kernel_checked=False,
         ),
         _A(
@@ -105,6 +110,9 @@ ARCHS: dict[str, Arch] = {
             correction_bias="always",
             qkv_bias="attention_bias",
             qk_norm="head",
+            # FP8 checkpoints: an activation-quant kernel before each GEMM; the shared expert runs inside
+            # the fused MoE as expert E+1 (docs/cost-model.md)
+            kernels_per_layer=22,
             moe_kernel_checked=False,
         ),
         _A(
@@ -113,6 +121,7 @@ ARCHS: dict[str, Arch] = {
             "models/gpt_oss.py",
             experts_key="num_local_experts",
             expert_inter_key="intermediate_size",
+            kernels_per_layer=20,  # fused norms / rope+KV / sinks attention + triton_kernels routing and matmul_ogs
             router_bias=True,
             expert_bias=True,
             qkv_bias="always",
@@ -131,6 +140,7 @@ ARCHS: dict[str, Arch] = {
             moe_layers="interleave",
             dense_inter_key="intermediate_size_mlp",
             shared="one",
+            kernels_per_layer=24,  # attention 11 (fused qk norm, q copy) + shared expert 3 + routed MoE 10
             moe_kernel_checked=False,
             note="text-only Llama 4: SGLang keeps every layer's tokens (no hybrid pool for Llama4ForCausalLM)",
         ),
@@ -140,8 +150,9 @@ ARCHS: dict[str, Arch] = {
             "models/gemma3_causal.py",
             moe_layers="none",
             qk_norm="head",
-            # its H200 start (lease 2026-12-04b) decoded at 45.6 tok/s where the bytes allow ~80
-            moe_kernel_checked=False,
+            # six Gemma3RMSNorms per layer run as unfused torch ops (forward_cuda = forward_native,
+            # 10 kernels each) and RoPE as apply_rotary_pos_emb_native (16): 87 kernels
+            kernels_per_layer=87,
             note="SGLang 0.5.16 turns the hybrid SWA pool off for Gemma 3 (arg_groups/overrides.py "
             "_gemma2_gemma3_overrides): sliding layers hold every token like full ones",
         ),
@@ -155,6 +166,7 @@ ARCHS: dict[str, Arch] = {
             qk_norm="head",
             q_gate=True,
             kv_pool="linear",
+            kernels_per_layer=27,  # 3 Gated DeltaNet layers (9) per gated attention one (14) + MoE 10 + shared 7
             moe_kernel_checked=False,
             note="every full_attention_interval-th layer is full attention; the others are Gated DeltaNet",
         ),

@@ -32,7 +32,14 @@ from .bench_common import BenchError, is_number, parse_rate, rate_json, rate_lab
 from .bench_formulas import FORMULAS
 from .bench_schedule import ARRIVAL_RNGS, arrival_offsets, bench_serving_offsets, vllm_offsets
 from .bench_slo import evaluate_slo, make_slo, max_met_rate, slo_search
-from .bench_stall import STALL_FACTOR, STALL_MIN_S, neighbour_below, progress_gap, stall_verdict
+from .bench_stall import (
+    STALL_FACTOR,
+    STALL_MIN_S,
+    neighbour_above,
+    neighbour_below,
+    progress_gap,
+    stall_verdict,
+)
 from .bench_telemetry import TELEMETRY_INTERVAL_S, Telemetry, pd_counters, ttft_split
 from .bench_workloads import make_dataset, make_workload, request_body
 
@@ -648,6 +655,13 @@ def measure_level(cfg, spec, index, levels, server=None, progress=None, keep_req
         first["stall"] = found
         say(progress, f"level {label} done: {level_line(first)}")
         return first
+    return _measure_again(cfg, spec, index, first, found, verdict, progress, keep_requests)
+
+
+def _measure_again(cfg, spec, index, first, found, verdict, progress, keep_requests):
+    """The stalled level `first` measured once more; the re-measurement is the level, `first` kept under
+    stall.first, `verdict` (the rule that found it) asked again of the second measurement."""
+    label = _spec_label(spec)
     say(progress, f"level {label} stalled: {'; '.join(found['reasons'])}; measuring it once more")
     level = asyncio.run(run_level(cfg, spec, index, progress, keep_requests, attempt=2))
     again = verdict(level) if level["completed"] else {"detected": False, "reasons": []}
@@ -666,6 +680,37 @@ def measure_level(cfg, spec, index, levels, server=None, progress=None, keep_req
     )
     say(progress, f"level {label} done: {level_line(level)} (measured again after a stall)")
     return level
+
+
+def recheck_against_above(cfg, specs, levels, server=None, progress=None, keep_requests=False):
+    """After the sweep: each concurrency level not yet called stalled, asked again with its neighbour above
+    (bench_stall.stall_verdict's third rule: a TTFT far beyond what a heavier load got); such a level is
+    measured once more (the server is warm) and replaced in `levels` by the re-measurement."""
+    if not cfg.get("stall_check", True) or any(lv.get("server_died") for lv in levels):
+        return
+    mrr = (server or {}).get("max_running_requests")
+    for index, first in enumerate(levels):
+        if not first.get("completed") or (first.get("stall") or {}).get("detected", True):
+            continue  # nothing measured, stall_check off (stall None), or already measured again
+        before = levels[:index]
+
+        def verdict(level, before=before, index=index):
+            above = neighbour_above(levels[:index] + levels[index + 1 :], level)
+            return stall_verdict(
+                level,
+                neighbour_below(before, level),
+                mrr,
+                cfg["stall_min_s"],
+                cfg["stall_factor"],
+                above=above,
+            )
+
+        found = verdict(first)
+        if found["detected"]:
+            first.pop("stall", None)
+            levels[index] = _measure_again(
+                cfg, specs[index], index, first, found, verdict, progress, keep_requests
+            )
 
 
 def _spec_label(spec):
@@ -891,11 +936,13 @@ def run_benchmark(cfg, api_key=None, progress=None, keep_requests=False):
     check_against_server(cfg, server)
     levels = []
     t0 = time.time()
-    for index, spec in enumerate(level_specs(cfg)):
+    specs = level_specs(cfg)
+    for index, spec in enumerate(specs):
         level = measure_level(cfg, spec, index, levels, server, progress, keep_requests)
         levels.append(level)
         if not keep_going(cfg, level):
             break
+    recheck_against_above(cfg, specs, levels, server, progress, keep_requests)
     search = None
     if (cfg.get("slo") or {}).get("search"):
         base = len(levels)

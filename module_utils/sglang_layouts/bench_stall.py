@@ -5,7 +5,8 @@ a batch shape the warm-up never made, a one-off pause of the server) shows in th
 stretch with requests in flight and no output on any stream. ``stall_verdict`` decides, from the level's own
 figures and from its neighbour below (the level measured before it with the next lower concurrency), whether
 the level stalled; bench.measure_level then measures it once more and keeps both figures
-(FORMULAS["stall"]). Standard library only; pure functions.
+(FORMULAS["stall"]). Once the sweep has run every level, bench.run_benchmark asks again with each level's
+neighbour above (a heavier load that got its first tokens far sooner) and measures such a level once more. Standard library only; pure functions.
 """
 
 from __future__ import annotations
@@ -71,15 +72,33 @@ def neighbour_below(levels, level):
     return max(below, key=lambda lv: lv["concurrency"], default=None)
 
 
+def neighbour_above(levels, level):
+    """The concurrency level with the smallest concurrency above `level`'s among `levels` (measured before or
+    after it; None for a rate level or when none completed anything)."""
+    if level.get("mode", "concurrency") != "concurrency":
+        return None
+    above = [
+        lv
+        for lv in levels
+        if lv.get("mode", "concurrency") == "concurrency"
+        and lv["concurrency"] > level["concurrency"]
+        and lv.get("completed")
+    ]
+    return min(above, key=lambda lv: lv["concurrency"], default=None)
+
+
 def _max(*values):
     present = [v for v in values if v is not None]
     return max(present) if present else None
 
 
-def stall_verdict(level, below=None, max_running_requests=None, min_s=STALL_MIN_S, factor=STALL_FACTOR):
-    """{"detected", "reasons", "gap_limit_ms", "ttft_limit_ms"} for one measured level (FORMULAS["stall"]).
+def stall_verdict(
+    level, below=None, max_running_requests=None, min_s=STALL_MIN_S, factor=STALL_FACTOR, above=None
+):
+    """{"detected", "reasons", "gap_limit_ms", "ttft_limit_ms", "ttft_above_limit_ms"} for one measured level
+    (FORMULAS["stall"]).
 
-    Two rules, both deterministic over the figures:
+    Three rules, all deterministic over the figures:
     - progress gap: progress_gap_ms > min_s and > factor x the longest pause the level's load explains:
       max(its own ITL p90, the neighbour below's ITL p99, the neighbour below's progress_gap_ms x concurrency /
       its concurrency) (a batch's prefill grows at most linearly with the batch; the level's own ITL p99 is
@@ -87,7 +106,12 @@ def stall_verdict(level, below=None, max_running_requests=None, min_s=STALL_MIN_
       rate level) max(its own ITL p90, its own TTFT p50) (one prompt's prefill);
     - TTFT: a concurrency level with a neighbour below and no queue at the server (concurrency <=
       max_running_requests when the server says it): TTFT p50 > min_s and > factor x the neighbour's TTFT p50
-      x concurrency / its concurrency."""
+      x concurrency / its concurrency;
+    - TTFT against the neighbour above (`above`, the next larger concurrency, known once the sweep has run
+      it): a concurrency level with no queue whose TTFT p50 > min_s and > factor x the TTFT p50 that a
+      heavier load got (more prompts per prefill batch never make the first token come sooner; a level
+      that compiled a kernel for its own batch shape does: issue #28, gpt-oss-120b c16 2.95 s against
+      0.51 s at c64)."""
     floor_ms = 1000.0 * min_s
     gap = level.get("progress_gap_ms")
     ttft = (level.get("ttft_ms") or {}).get("p50")
@@ -125,9 +149,22 @@ def stall_verdict(level, below=None, max_running_requests=None, min_s=STALL_MIN_
                 f"TTFT p50 {ttft / 1000:.1f} s against {below_ttft / 1000:.2f} s at concurrency "
                 f"{below['concurrency']} and no queue (limit {ttft_limit / 1000:.1f} s)"
             )
+    above_limit = None
+    above_ttft = (above.get("ttft_ms") or {}).get("p50") if above is not None else None
+    own_queue = (
+        isinstance(max_running_requests, int) and (level.get("concurrency") or 0) > max_running_requests
+    )
+    if above_ttft is not None and not own_queue:
+        above_limit = max(floor_ms, factor * above_ttft)
+        if ttft is not None and ttft > above_limit:
+            reasons.append(
+                f"TTFT p50 {ttft / 1000:.1f} s against {above_ttft / 1000:.2f} s at the heavier concurrency "
+                f"{above['concurrency']} and no queue (limit {above_limit / 1000:.1f} s)"
+            )
     return {
         "detected": bool(reasons),
         "reasons": reasons,
         "gap_limit_ms": gap_limit,
         "ttft_limit_ms": ttft_limit,
+        "ttft_above_limit_ms": above_limit,
     }

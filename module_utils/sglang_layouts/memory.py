@@ -275,6 +275,7 @@ def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hard
         "allreduce_bytes_per_token": int(spec.config["hidden_size"]) * spec.quant.param_bytes,
         # what the speed model (speed.py) needs besides bytes: kernel path, router, attention shape
         "family": spec.family,
+        "kernels_per_layer": spec.arch.kernels_per_layer or None,
         "quant_method": spec.quant.method,
         "int4_group_size": spec.quant.group_size,
         "hidden_size": int(spec.config["hidden_size"]),
@@ -284,9 +285,11 @@ def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hard
         "ep": par["ep"],
         "dp": par["dp"],
         "dp_attention": par["dp_attention"],
-        # DeepSeek/Kimi's biased sigmoid top-k: with dummy weights the bias alone picks the experts
+        # DeepSeek/Kimi's biased sigmoid top-k, gpt-oss's router bias: with dummy weights
+        # (U(-1e-3, 1e-3), one seed per parameter) the bias outweighs the token's logits and picks the experts
         "router_correction_bias": str(spec.config.get("topk_method") or "") == "noaux_tc"
-        or spec.arch.correction_bias == "always",
+        or spec.arch.correction_bias == "always"
+        or spec.arch.router_bias,
         # which layers read which KV (speed.py): full layers every token, sliding ones a window,
         # linear ones a fixed state per request
         "kv_layers": _kv_layers(spec, par),

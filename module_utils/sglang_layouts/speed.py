@@ -67,6 +67,11 @@ CONSTANTS: dict[str, tuple[float, str, str]] = {
     "q_extra_fp8_us": (0.0, "OPEN", "extra per-layer latency of fp8 block-scaled GEMMs at M=1; pinned by M3"),
     "marlin_block_m": (8, "SRC", "sglang fused_marlin_moe block_size_m for small batches"),
     "triton_moe_block_m": (16, "OPEN", "fused_moe triton BLOCK_SIZE_M at small M (tuned configs)"),
+    "triton_moe_block_m_fp8": (
+        64,
+        "SRC",
+        "fused_moe BLOCK_SIZE_M of fp8_w8a8 without a tuned config (fused_moe_triton_config.get_default_config)",
+    ),
 }
 
 # Our measurements replace the priors: data/speed_measured.json holds {"constants": {name: {"value",
@@ -313,7 +318,10 @@ class SpeedModel:
         self.hidden = int(cost.get("hidden_size") or 0)
         self.attn_dim = int(cost.get("attn_flop_dim") or 0)
         self.attn_tp = int(cost.get("attn_tp") or self.tp)
-        self.k_layer = KERNELS_PER_LAYER.get(self.family, KERNELS_PER_LAYER["gqa"])
+        # the architecture's own count (archs.Arch.kernels_per_layer), else its family's
+        self.k_layer = int(
+            cost.get("kernels_per_layer") or KERNELS_PER_LAYER.get(self.family, KERNELS_PER_LAYER["gqa"])
+        )
         self._share: dict[tuple[int, float], float] = {}
         self.ar = self._allreduce_table()
 
@@ -342,7 +350,12 @@ class SpeedModel:
             return 0.0
         if self.collapsed:
             # the same k experts for every token: read once per kernel block of tokens
-            block = c("marlin_block_m") if self.quant == "int4_group" else c("triton_moe_block_m")
+            if self.quant == "int4_group":
+                block = c("marlin_block_m")
+            elif self.quant in ("fp8_block", "fp8_channel", "fp8_tensor"):
+                block = c("triton_moe_block_m_fp8")
+            else:
+                block = c("triton_moe_block_m")
             return self._busiest(self.top_k / self.n_experts) * math.ceil(tokens / block)
         f = 1.0 - (1.0 - min(1.0, self.top_k / self.n_experts)) ** tokens
         return self._busiest(f)
@@ -602,7 +615,7 @@ class SpeedModel:
                 f"PP {self.pp}: micro-batches of {self.micro_batch(4096)} (max_running_requests // pp)"
             )
         if self.collapsed:
-            out.append("dummy weights + correction-bias router: every token routed to the same top-k experts")
+            out.append("dummy weights + a router bias: every token routed to the same top-k experts")
         elif self.n_experts:
             out.append(
                 "uniform top-k routing"

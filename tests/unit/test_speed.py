@@ -347,3 +347,60 @@ def test_pd_speed_a_second_prefill_server_doubles_the_prefill_pool():
     assert pb["prefill"]["req_s"] == pytest.approx(2 * pa["prefill"]["req_s"], rel=0.01)
     assert pb["decode"] == pa["decode"]
     assert pb["rate_matched"]["req_s"] >= pa["rate_matched"]["req_s"]
+
+    # while their plans say the prediction is unchecked; Gemma 3 is in the check since its kernels
+    # per layer were counted from SGLang's model file (archs.Arch.kernels_per_layer)
+    unchecked = {r["what"].split()[0] for r in doc["rows"] if r["group"] == "h200-unchecked"}
+    assert unchecked >= {"gpt-oss-120b", "mixtral-8x7b"} and "gemma-3-27b-text" not in unchecked
+    assert {r["what"].split()[0] for r in h200} >= {"gemma-3-27b-text", "qwen3-30b-a3b"}
+    # a level the stall rule calls stalled, kept as first measured, is shown apart: it timed a compile
+    stalled = [r["what"] for r in doc["rows"] if r["group"] == "h200-stalled"]
+    assert any(w.startswith("gpt-oss-120b tp1 c16 ") for w in stalled)
+
+
+def test_an_architectures_own_kernel_count_reaches_the_decode_floor():
+    """archs.Arch.kernels_per_layer is the one source: Gemma 3's unfused norms and RoPE (87 kernels a
+    layer) make its floor, an architecture without a count keeps its family's."""
+    from sglang_layouts import archs
+
+    gemma = plan("gemma-3-27b-text", H200, tp=1)
+    qwen = plan("qwen3-30b-a3b", H200, tp=1)
+    assert gemma["cost"]["kernels_per_layer"] == archs.ARCHS["Gemma3ForCausalLM"].kernels_per_layer == 87
+    assert qwen["cost"]["kernels_per_layer"] is None
+    g, _ = speed.model_for(gemma, H200)
+    q, _ = speed.model_for(qwen, H200)
+    assert g.k_layer == 87 and q.k_layer == speed.KERNELS_PER_LAYER["gqa_moe"]
+    layers = gemma["cost"]["stages"][0]["layers"]
+    floor = g.decode_terms(1, 300)["kernel_latency"]
+    assert floor == pytest.approx(layers * 87 * speed.c("tau_kernel_us") * 1e-6)
+
+
+def test_the_servers_decode_lines_are_read_per_batch_without_the_intervals_that_timed_a_prefill(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import decode_itl
+
+    # lines of the gpt-oss-120b unit log of lease 2026-12-04b (SGLang 0.5.16, hybrid SWA pool wording)
+    log = tmp_path / "sglang-gpt-oss-120b-tp1.service.log"
+    log.write_text(
+        "[2026-12-04 18:29:10] Prefill batch, #new-seq: 1, #new-token: 256, #cached-token: 0, full token usage: 0.00\n"
+        "[2026-12-04 18:29:10] Decode batch, #running-req: 1, #full token: 297, full token usage: 0.00, #swa token: "
+        "168, swa token usage: 0.00, cuda graph: True, gen throughput (token/s): 2.59, #queue-req: 0\n"
+        "[2026-12-04 18:29:11] Decode batch, #running-req: 1, #full token: 337, full token usage: 0.00, #swa token: "
+        "208, swa token usage: 0.00, cuda graph: True, gen throughput (token/s): 182.25, #queue-req: 0\n"
+        "[2026-12-04 18:29:11] Decode batch, #running-req: 1, #full token: 377, full token usage: 0.00, #swa token: "
+        "248, swa token usage: 0.00, cuda graph: True, gen throughput (token/s): 180.73, #queue-req: 0\n"
+        "[2026-12-04 18:29:33] Decode batch, #running-req: 16, #full token: 5392, full token usage: 0.00, "
+        "cuda graph: True, gen throughput (token/s): 2553.03, #queue-req: 0\n"
+    )
+    got = decode_itl.parse_log(str(log))
+    assert set(got) == {1, 16}  # the 2.59 tok/s interval timed the prefill and the idle wait: left out
+    assert got[1] == {"itl_ms": pytest.approx(1e3 / 181.49, abs=1e-3), "tokens": 357, "lines": 2}
+    assert got[16]["itl_ms"] == pytest.approx(16e3 / 2553.03, abs=1e-3)
+    assert decode_itl.unit_slug("qwen1.5-moe-a2.7b", "tp1") == "sglang-qwen1-5-moe-a2-7b-tp1"
+    # the committed medians check the model per batch: every record of the lease with its own prediction
+    rows = decode_itl.check(json.loads((REPO / decode_itl.DEFAULT_DATA).read_text())["records"])
+    models = {r["model"] for r in rows}
+    assert {"gemma-3-27b-text", "gpt-oss-120b", "qwen3-next-80b-a3b-cut24"} <= models
+    assert all(r["predicted_ms"] > 0 and r["measured_ms"] > 0 for r in rows)
