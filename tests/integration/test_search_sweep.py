@@ -99,7 +99,7 @@ def test_the_gpu_sweep_searches_the_model_named_in_sglang_gpu_searches(run_playb
             "--kv-cache-dtype",
             "--max-running-requests",
             "--chunked-prefill-size",
-            "--cuda-graph-max-bs",
+            "--cuda-graph-max-bs-decode",  # 0.5.16 spells the deprecated alias so
         ):
             assert flag in entry["argv"]
     assert len(list((out / "gpu-host").glob("*.service"))) == spec["top_k"]
