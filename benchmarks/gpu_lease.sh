@@ -2,7 +2,7 @@
 # Glue for one offline GPU host lease: wheels in /opt/wheels, ansible-core from them, the project's
 # own `make gpu-sweep` in its own session, polled; then one layout with an API key; results packed.
 # The wheels travel in .whl/p1, .whl/p2 (SGLang 0.5.16's closure, split under the 64 MiB a copy may
-# hold) and .whl/ans (ansible-core); the host variables are GPU_VARS and KEYED_VARS.
+# hold), .whl/ans (ansible-core) and .whl/router (sglang-router); the host variables are GPU_VARS and KEYED_VARS.
 # usage: benchmarks/gpu_lease.sh probe | start | poll [seconds] | keyed | capture | pack
 set -u
 cd "$(dirname "$0")/.."
@@ -23,7 +23,9 @@ probe)
   echo "pid1: $(ps -p 1 -o comm=)"; df -h / | tail -1; nproc
   ;;
 start)
-  mkdir -p /opt/wheels; cp .whl/p2/*.whl /opt/wheels/; ls /opt/wheels | wc -l
+  # .whl/router: sglang-router's wheel, for the layouts behind a router (optional)
+  mkdir -p /opt/wheels; cp .whl/p2/*.whl /opt/wheels/; cp .whl/router/*.whl /opt/wheels/ 2>/dev/null
+  ls /opt/wheels | wc -l
   python3 -m pip install -q --no-index --no-deps --no-compile --target $ANS .whl/ans/*.whl || exit 1
   # the xgrammar stand-in the wheel set leaves out, for sglang_venv_extra_paths: [/opt/shims]
   mkdir -p /opt/shims && cp -r benchmarks/shims/xgrammar /opt/shims/ && chmod -R a+rX /opt/shims

@@ -36,6 +36,7 @@ def _server_unit(plan: dict, host, node_rank, argv: list, gate: str) -> dict:
         "env": dict(plan["env"]),
         "gate": gate,
         "ports": [],
+        "start_wave": 0,
     }
 
 
@@ -70,6 +71,7 @@ def layout_units(plan: dict) -> list[dict]:
                 "env": dict(r["env"]),
                 "gate": "ready",
                 "ports": [],
+                "start_wave": 0,
             }
             for r in plan["replicas"]
         ]
@@ -88,6 +90,7 @@ def layout_units(plan: dict) -> list[dict]:
                 "gate": "router",
                 # every router opens its Prometheus listener (--prometheus-port): a taken one kills its API
                 "ports": [router["port"] + 1000],
+                "start_wave": 0,
             }
         )
         return units

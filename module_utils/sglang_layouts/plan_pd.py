@@ -312,6 +312,12 @@ def plan_pd_layout(
         "ports": [base + 1000],
     }
     all_units = [*roles["prefill"]["units"], *roles["decode"]["units"], router_unit]
+    # SGLang sizes a server's static pool from the memory free when it starts: a decode server on a
+    # GPU a prefill server also uses starts only once that prefill server is ready (the second wave)
+    prefill_gpus = {(u["host"], g) for u in roles["prefill"]["units"] for g in u["gpu_ids"]}
+    for unit in all_units:
+        shares = unit["role"] == "decode" and any((unit["host"], g) in prefill_gpus for g in unit["gpu_ids"])
+        unit["start_wave"] = 1 if shares else 0
     check_pd_ports(name, all_units, lay["port"] is not None)
     check_pd_reach(name, all_units, router_host, str(serving_n["host"]))
 
