@@ -2,7 +2,8 @@
 # Glue for one offline GPU host lease: wheels in /opt/wheels, ansible-core from them, the project's
 # own `make gpu-sweep` in its own session, polled; then one layout with an API key; results packed.
 # The wheels travel in .whl/p1, .whl/p2 (SGLang 0.5.16's closure, split under the 64 MiB a copy may
-# hold), .whl/ans (ansible-core) and .whl/router (sglang-router); the host variables are GPU_VARS and KEYED_VARS.
+# hold), .whl/ans (ansible-core), .whl/router and .whl/mc (see stage); the host variables are GPU_VARS
+# and KEYED_VARS.
 # usage: benchmarks/gpu_lease.sh probe | start | poll [seconds] | keyed | capture | pack
 set -u
 cd "$(dirname "$0")/.."
@@ -14,19 +15,34 @@ VARS="-e @$PWD/${GPU_VARS:-$RESULTS/gpu-vars.yml}"
 # more vars files after the lease's own, later ones winning: EXTRA_VARS="a.yml b.yml"
 for f in ${EXTRA_VARS:-}; do VARS="$VARS -e @$PWD/$f"; done
 KEYED="-e @$PWD/${KEYED_VARS:-$RESULTS/keyed-vars.yml}"
+# Whatever wheel folders this call carried, into /opt/wheels (files stay while the host is held, so
+# the wheel set may come over several calls): .whl/p1, .whl/p2, .whl/router (sglang-router), .whl/mc
+# (mooncake's transfer engine, repacked, and mclibs.tgz: the shared libraries it needs that the image
+# lacks, into /opt/mclibs); .whl/ans (ansible-core) into $ANS.
+stage() {
+  mkdir -p /opt/wheels
+  for d in p1 p2 router mc; do [ -d .whl/$d ] && cp .whl/$d/*.whl /opt/wheels/; done
+  if [ -f .whl/mc/mclibs.tgz ]; then mkdir -p /opt/mclibs && tar xzf .whl/mc/mclibs.tgz -C /opt/mclibs && chmod -R a+rX /opt/mclibs; fi
+  if [ -d .whl/ans ]; then python3 -m pip install -q --no-index --no-deps --no-compile --target $ANS .whl/ans/*.whl || exit 1; fi
+  ls /opt/wheels | wc -l
+}
 case "$1" in
 probe)
-  mkdir -p /opt/wheels; cp .whl/p1/*.whl /opt/wheels/ 2>/dev/null; ls /opt/wheels | wc -l
+  stage
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   command -v python3 nvcc ninja; python3 -V
   python3 -c 'import torch, sys; print(torch.__version__, torch.cuda.is_available(), sys.prefix)'
   echo "pid1: $(ps -p 1 -o comm=)"; df -h / | tail -1; nproc
+  if [ -d .whl/mc ]; then
+    # does mooncake's transfer engine load here (its libraries from /opt/mclibs)?
+    python3 -m pip install -q --no-index --no-deps --target /tmp/mct .whl/mc/*.whl
+    env LD_LIBRARY_PATH=/opt/mclibs PYTHONPATH=/tmp/mct python3 -c 'from mooncake.engine import TransferEngine; print("mooncake.engine loads")' 2>&1 | tail -3
+    LD_LIBRARY_PATH=/opt/mclibs ldd /tmp/mct/mooncake/engine.so | grep 'not found'
+  fi
   ;;
 start)
-  # .whl/router: sglang-router's wheel, for the layouts behind a router (optional)
-  mkdir -p /opt/wheels; cp .whl/p2/*.whl /opt/wheels/; cp .whl/router/*.whl /opt/wheels/ 2>/dev/null
-  ls /opt/wheels | wc -l
-  python3 -m pip install -q --no-index --no-deps --no-compile --target $ANS .whl/ans/*.whl || exit 1
+  stage
+  [ -x $ANS/bin/ansible-playbook ] || { echo "ansible-core is not staged: carry .whl/ans"; exit 1; }
   # the xgrammar stand-in the wheel set leaves out, for sglang_venv_extra_paths: [/opt/shims]
   mkdir -p /opt/shims && cp -r benchmarks/shims/xgrammar /opt/shims/ && chmod -R a+rX /opt/shims
   env PYTHONPATH=$ANS python3 $ANS/bin/ansible-playbook --version | head -2
