@@ -1398,6 +1398,13 @@ PD_CASES = [
         ["pd.transfer_backend 'rdma' is not one SGLang", "mooncake_tcp"],
     ),
     Case(
+        "pd-transfer-backend-fake",
+        "pd.transfer_backend fake, which SGLang's prefill server refuses",
+        {"sglang_layouts": _pd(transfer_backend="fake")},
+        "error",
+        ["pd.transfer_backend 'fake' is refused by SGLang's prefill server", "mooncake_tcp"],
+    ),
+    Case(
         "pd-tp-mismatch-gqa",
         "prefill and decode with different tp on a non-MLA model",
         {

@@ -314,6 +314,18 @@ RULES: tuple[Rule, ...] = (
         "raised",
         "vLLM 0.32.0 CPU run; huggingface_hub 1.x",
     ),
+    # A pd server whose transfer backend's package does not import (SGLang raises this when its KV
+    # manager starts, after the weights and the KV pool; the chained cause above it names the file).
+    _r(
+        "import_error",
+        r"Please install (?:mooncake|NIXL) by following the instructions",
+        True,
+        "the pd layout's transfer backend does not import in the SGLang venv: install its package there "
+        "(mooncake, mooncake_tcp: mooncake-transfer-engine, which also needs libibverbs, libnuma and CUDA "
+        "12's runtime on the host; nixl: nixl) or name another pd.transfer_backend",
+        "raised",
+        "SGLang 0.5.16 source (mooncake_transfer_engine.py, disaggregation/nixl/conn.py)",
+    ),
     _r(
         "import_error",
         r"^(?:[\w.]+\.)?(?:ModuleNotFoundError|ImportError): |No module named |cannot open shared object file",

@@ -328,6 +328,14 @@ def check_pd_transfer_backend(name: str, backend: str, flag_table: dict) -> None
             "layout. Pin an SGLang that has it (sglang_version: 0.5.16 or later)."
         )
     choices = [str(c) for c in meta.get("choices") or []]
+    if backend == "fake":
+        # server_args (arg_groups/pd_disaggregation_hook.py) asserts it on a prefill server: `fake`
+        # serves a decode server tested alone, without prefill servers
+        raise PlanError(
+            f"layout {name}: pd.transfer_backend 'fake' is refused by SGLang's prefill server (\"Prefill server "
+            "does not support 'fake' as the transfer backend\"); write mooncake (RDMA), mooncake_tcp (no RDMA) "
+            "or nixl."
+        )
     if choices and backend not in choices:
         raise PlanError(
             f"layout {name}: pd.transfer_backend {backend!r} is not one SGLang {version} accepts "

@@ -382,3 +382,14 @@ def test_a_snapshot_taken_inside_a_traceback_goes_on_where_it_stopped():
     whole = _open_after([*TB, SIGQUIT])
     assert second.found == whole.found and second.exception_line == whole.exception_line
     assert not second.traceback_open
+
+
+def test_a_pd_transfer_backend_that_does_not_import_names_its_package():
+    # SGLang 0.5.16 (mooncake_transfer_engine.py) raises this from the KV manager of a pd server
+    line = (
+        "ImportError: Please install mooncake by following the instructions at "
+        "https://kvcache-ai.github.io/Mooncake/getting_started/build.html to run SGLang with MooncakeTransferEngine."
+    )
+    m = logclass.classify_line(line)
+    assert m is not None and m.cls == "import_error", m
+    assert "mooncake-transfer-engine" in m.hint and "pd.transfer_backend" in m.hint, m.hint
