@@ -1441,17 +1441,17 @@ PD_CASES = [
         ["is used by prefill 0 and decode 0", "pd.share_gpus: true"],
     ),
     Case(
-        "pd-shared-fractions-over-one",
-        "pd.share_gpus with mem_fraction_static that add up to more than 1",
+        "pd-shared-gpu-no-room",
+        "pd.share_gpus with static pools that leave no room for either server's CUDA graphs and activations",
         {
             "sglang_layouts": _pd(
                 prefill={"tp": 8, "mem_fraction_static": 0.5},
-                decode={"tp": 8, "mem_fraction_static": 0.6},
+                decode={"tp": 8, "mem_fraction_static": 0.97},
                 share_gpus=True,
             )
         },
         "invalid",
-        ["mem_fraction_static add up to 0.5 (prefill) + 0.6 (decode) = 1.10 > 1"],
+        ["so 1.4 GiB stay outside both pools", "lower pd.decode.mem_fraction_static"],
     ),
     Case(
         "pd-disaggregation-flag-in-args",

@@ -191,7 +191,7 @@ PD_KEYS = {
     "transfer_backend": "--disaggregation-transfer-backend (SGLang's default: mooncake)",
     "ib_device": "--disaggregation-ib-device, when one is named",
     "router": "the router's policies: policy, prefill_policy, decode_policy",
-    "share_gpus": "let the roles share GPUs (their mem_fraction_static then add up to at most 1)",
+    "share_gpus": "let the roles share GPUs (decode, started after prefill, takes its mem_fraction_static of what prefill left)",
 }
 PD_ROLE_KEYS = {
     "tp": LAYOUT_KEYS["tp"],

@@ -259,7 +259,10 @@ def plan_pd_layout(
         }
 
     if not problems:
-        reasons += [f"{name}: {r}" for r in pd_gpu_problems(pd, placed, roles, hosts)]
+        reasons += [
+            f"{name}: {r}"
+            for r in pd_gpu_problems(pd, placed, roles, hosts, float(hardware["gpu_memory_gib"]))
+        ]
     # the layout's own rules first: they decide invalid before either role's memory verdict
     rules_refuse = bool(reasons)
     # a role alone leaves GPUs idle that the other role uses: the layout's GPUs are counted above

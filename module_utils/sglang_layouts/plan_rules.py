@@ -10,6 +10,7 @@ Semantics (SGLang 0.5.x, docs/planner.md and docs/sglang.md 1 for sources):
 from __future__ import annotations
 
 from .engines import SGLANG, Engine
+from .memory import MIN_DYNAMIC_GIB
 from .model import ModelSpec
 
 
@@ -263,9 +264,12 @@ def pd_tp_problems(pd: dict, spec: ModelSpec) -> list[str]:
     ]
 
 
-def pd_gpu_problems(pd: dict, placed: dict, roles: dict, hosts: list) -> list[str]:
+def pd_gpu_problems(pd: dict, placed: dict, roles: dict, hosts: list, gpu_memory_gib: float) -> list[str]:
     """GPUs used by more than one server of a pd layout: refused unless pd.share_gpus, and then the
-    servers' mem_fraction_static on one GPU must add up to at most 1."""
+    memory both static pools leave on a shared GPU must hold each server's CUDA graphs and activations.
+    SGLang sizes a server's static pool from the memory free at its start: the decode server, started
+    second, takes its mem_fraction_static of what the prefill server left, so the two fractions need
+    not add up to 1; what stays outside both pools is gpu x (1 - prefill's) x (1 - decode's)."""
     users: dict[tuple, list] = {}
     for role, blocks in placed.items():
         for index, (host_i, gpus) in enumerate(blocks):
@@ -283,13 +287,20 @@ def pd_gpu_problems(pd: dict, placed: dict, roles: dict, hosts: list) -> list[st
                 "decode share them."
             )
             break
-        fractions = [float(roles[role]["mem_fraction_static"]) for role, _ in who]
-        if sum(fractions) > 1:
-            shown = " + ".join(f"{f:g} ({role})" for f, (role, _) in zip(fractions, who, strict=True))
+        fractions = {role: float(roles[role]["mem_fraction_static"]) for role, _ in who}
+        if not all(0 < f < 1 for f in fractions.values()):
+            continue  # each role's own plan refuses a fraction outside (0, 1)
+        outside = gpu_memory_gib
+        for f in fractions.values():
+            outside *= 1 - f
+        need = MIN_DYNAMIC_GIB * len(who)
+        if outside < need:
             out.append(
-                f"GPU {gpu} of {hosts[host_i]} is shared by {names}, whose mem_fraction_static add up to "
-                f"{shown} = {sum(fractions):.2f} > 1: the second server finds no memory. Lower "
-                "pd.prefill.mem_fraction_static and pd.decode.mem_fraction_static to add up to at most 1."
+                f"GPU {gpu} of {hosts[host_i]} is shared by {names}: the prefill server's static pool takes "
+                f"{fractions['prefill']:g} of {gpu_memory_gib:g} GiB and the decode server, started after it, "
+                f"{fractions['decode']:g} of what is left, so {outside:.1f} GiB stay outside both pools for "
+                f"the two servers' CUDA graphs and activations (at least {need:g} GiB): lower "
+                "pd.decode.mem_fraction_static or pd.prefill.mem_fraction_static."
             )
             break
     return out

@@ -347,12 +347,17 @@ def test_refuses_shared_gpus_unless_allowed():
     assert "pd.share_gpus: true" in pd["reasons"][0]
 
 
-def test_refuses_shared_fractions_over_one():
+def test_a_shared_gpu_is_refused_only_when_both_pools_leave_no_room_outside_them():
+    # SGLang's decode server, started second, takes its fraction of what prefill left: 0.4 + 0.7 fits
+    # (139.8 x 0.6 x 0.3 = 25.2 GiB outside both pools), 0.4 + 0.99 does not (0.8 GiB)
     lay = shared()
     lay["pd"]["decode"]["mem_fraction_static"] = 0.7
     pd = entry(plan([lay], llama8b(), hardware=H200_ONE, serving=DEMO_SERVING), "pd1")
+    assert pd["verdict"] == "fits", pd["reasons"]
+    lay["pd"]["decode"]["mem_fraction_static"] = 0.99
+    pd = entry(plan([lay], llama8b(), hardware=H200_ONE, serving=DEMO_SERVING), "pd1")
     assert pd["verdict"] == "invalid"
-    assert "add up to 0.4 (prefill) + 0.7 (decode) = 1.10 > 1" in pd["reasons"][0]
+    assert "so 0.8 GiB stay outside both pools" in pd["reasons"][0], pd["reasons"]
 
 
 @pytest.mark.parametrize(
