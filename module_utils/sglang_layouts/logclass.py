@@ -708,14 +708,22 @@ _FIGURES = (
     ("state_slots", re.compile(r"Mamba Cache is allocated\. max_mamba_cache_size: ([0-9]+)")),
 )
 _COUNTS = ("kv_tokens", "swa_tokens", "state_slots")
+# Lines whose presence is the figure (1): SGLang's fused MoE found no tuned Triton config for the
+# expert shape, GPU and dtype and runs its default one (moe_runner/triton_utils; seen in 0.5.16 on the
+# H200 for every MoE model without a shipped config file, each then slower than the speed model).
+_MARKS = (("moe_default_config", re.compile(r"Using default MoE kernel config\.")),)
 
 
 def startup_figures(line: str) -> dict:
-    """{name: value} of the start-up figures one line logs (weights GiB, KV tokens, graph GiB, and the
-    sliding-window tokens or linear-attention state requests of a hybrid pool)."""
+    """{name: value} of the start-up figures one line logs (weights GiB, KV tokens, graph GiB, the
+    sliding-window tokens or linear-attention state requests of a hybrid pool, and 1 for a mark such as
+    moe_default_config)."""
     out = {}
     for name, pattern in _FIGURES:
         m = pattern.search(line)
         if m:
             out[name] = int(m.group(1)) if name in _COUNTS else float(m.group(1))
+    for name, pattern in _MARKS:
+        if pattern.search(line):
+            out[name] = 1
     return out

@@ -84,6 +84,12 @@ def causes(rec: dict) -> list[str]:
         out.append(
             "NCCL settings in the unit's environment: " + ", ".join(f"{k}={rec['env'][k]}" for k in nccl)
         )
+    if (health.get("log_figures") or {}).get("moe_default_config"):
+        out.append(
+            "the MoE kernel ran SGLang's default Triton config: no tuned config file for this expert shape, "
+            "GPU and dtype (its log: 'Using default MoE kernel config'); SGLang's fused_moe_triton tuning "
+            "script makes one"
+        )
     backend = args.get("attention_backend")
     if backend:
         out.append(f"attention backend {backend}")

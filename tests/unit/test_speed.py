@@ -400,3 +400,32 @@ def test_the_servers_decode_lines_are_read_per_batch_without_the_intervals_that_
     models = {r["model"] for r in rows}
     assert {"gemma-3-27b-text", "gpt-oss-120b", "qwen3-next-80b-a3b-cut24"} <= models
     assert all(r["predicted_ms"] > 0 and r["measured_ms"] > 0 for r in rows)
+
+
+def test_a_moe_kernel_on_its_default_config_is_read_from_the_start_and_named_as_a_cause():
+    """The gate's parser marks SGLang's 'Using default MoE kernel config' line (real H200 starts: the
+    MoE models without a tuned config file; Qwen3-30B-A3B and Kimi K2.6 ship one, dense Gemma 3 and
+    gpt-oss's triton_kernels path need none), and a slow row that carries the mark names it."""
+    from sglang_layouts import logclass, speed_check
+
+    fixtures = REPO / "tests" / "fixtures" / "sglang-0.5.16"
+
+    def marked(path):
+        return any(
+            logclass.startup_figures(ln).get("moe_default_config") for ln in path.read_text().splitlines()
+        )
+
+    starts = [
+        *sorted(fixtures.glob("arch-h200/*.log")),
+        fixtures / "qwen3-30b-a3b.log",
+        fixtures / "kimi-k2.6-cut8.warm.log",
+    ]
+    assert {p.stem for p in starts if marked(p)} == {
+        "glm-4.5-air-fp8",
+        "llama-4-scout-text-cut20",
+        "qwen1.5-moe-a2.7b",
+        "qwen3-next-80b-a3b-cut24",
+    }
+    rec = {"health": {"log_figures": {"moe_default_config": 1}}, "prediction": {"parallel": {"tp": 1}}}
+    assert any("default Triton config" in c for c in speed_check.causes(rec))
+    assert not any("default Triton config" in c for c in speed_check.causes({"health": {"log_figures": {}}}))
