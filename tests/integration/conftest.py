@@ -20,19 +20,22 @@ from tests.helpers.playbook import run_playbook as _run_playbook
 # handed out in collection order (--no-loadscope-reorder: xdist would otherwise order them by their
 # number of tests, which put the few long sweeps last). Longest first, so that no long file starts
 # last on one worker while the other has nothing left: seconds of each file's tests on two workers
-# of an idle 2-core box (pytest --durations=0, 2026-12-04). A file not listed counts as a minute.
+# of an idle 2-core box (pytest --durations=0, 2026-12-05: 549 s for the suite). A file not listed counts as a minute.
 FILE_SECONDS = {
-    "test_sweep.py": 204,
-    "test_service_process.py": 106,
-    "test_search_sweep.py": 92,
-    "test_plan.py": 90,
-    "test_replicas.py": 80,
-    "test_vllm_sweep.py": 69,
-    "test_multinode_process.py": 51,
+    "test_sweep.py": 189,
+    "test_replicas.py": 136,
+    "test_search_sweep.py": 122,
+    "test_pd.py": 119,
+    "test_service_process.py": 119,
+    "test_plan.py": 114,
+    "test_vllm_sweep.py": 72,
+    "test_multinode_process.py": 53,
+    "test_collection.py": 49,
     "test_multinode_sim.py": 27,
-    "test_faults.py": 18,
+    "test_faults.py": 17,
     "test_sim_server.py": 15,
     "test_sim_failures.py": 9,
+    "test_sim_pd.py": 6,
 }
 
 
