@@ -47,7 +47,10 @@ start)
   mkdir -p /opt/shims && cp -r benchmarks/shims/xgrammar /opt/shims/ && chmod -R a+rX /opt/shims
   env PYTHONPATH=$ANS python3 $ANS/bin/ansible-playbook --version | head -2
   rm -rf results build .cache
-  setsid bash -c "make gpu-sweep GPU_ANSIBLE='$GPU_ANSIBLE' GPU_MODELS='${GPU_MODELS:-qwen3-30b-a3b kimi-k2.6-cut18}' GPU_RUN_ID=${RUN:-h200b} GPU_ARGS='$VARS' > /tmp/gpu-sweep.log 2>&1; echo EXIT=\$? >> /tmp/gpu-sweep.log" < /dev/null > /dev/null 2>&1 &
+  # each task's seconds on this host (callback_plugins/task_times.py): where a layout's tool_s goes
+  rm -f /tmp/task-times.jsonl
+  setsid env ANSIBLE_CALLBACKS_ENABLED=task_times SGLANG_LAYOUTS_TASK_TIMES=/tmp/task-times.jsonl \
+    bash -c "make gpu-sweep GPU_ANSIBLE='$GPU_ANSIBLE' GPU_MODELS='${GPU_MODELS:-qwen3-30b-a3b kimi-k2.6-cut18}' GPU_RUN_ID=${RUN:-h200b} GPU_ARGS='$VARS' > /tmp/gpu-sweep.log 2>&1; echo EXIT=\$? >> /tmp/gpu-sweep.log" < /dev/null > /dev/null 2>&1 &
   sleep 5; tail -3 /tmp/gpu-sweep.log
   ;;
 poll)
@@ -91,7 +94,7 @@ capture)
   grep -nE "No such file|FileNotFoundError|Traceback|hit an exception|sigquit|ready to roll" /tmp/capture-no-ninja.log | head -20
   ;;
 pack)
-  mkdir -p $OUT; cp /tmp/gpu-sweep.log /tmp/capture-no-ninja.log /tmp/keyed.log /tmp/keyed-probe.log $OUT/ 2>/dev/null
+  mkdir -p $OUT; cp /tmp/gpu-sweep.log /tmp/task-times.jsonl /tmp/capture-no-ninja.log /tmp/keyed.log /tmp/keyed-probe.log $OUT/ 2>/dev/null
   tar czf $OUT/results.tgz results build/plan /var/lib/sglang/run/*.log 2>/dev/null; ls -la $OUT
   ;;
 esac
