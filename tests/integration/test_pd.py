@@ -50,7 +50,11 @@ def free_ports():
                     t.bind(("127.0.0.1", p))
         except OSError:
             continue
-        return base, free_port()
+        # the OS may hand out a port of the block just checked (they were bound, then let go)
+        for _ in range(50):
+            bootstrap = free_port()
+            if bootstrap not in (base, base + 1, base + 2, base + 1000):
+                return base, bootstrap
     pytest.fail("no free port block")
 
 
