@@ -67,6 +67,34 @@ options:
   model_path:
     description: Must exist on the host (mode=preflight).
     type: path
+  python:
+    description:
+      - The unit's Python (mode=preflight). With I(imports), each module must import when this Python runs with
+        I(env) as I(read_as), as the unit's start will import it.
+    type: path
+  imports:
+    description:
+      - Modules the unit's start imports beyond the engine's own (the planner's unit key C(imports), such as a pd
+        layout's transfer backend). A module that does not import refuses the layout with the exception's line and
+        the package to install.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      module:
+        description: The module's dotted name.
+        type: str
+        required: true
+      package:
+        description: The package that provides it (named in the fix).
+        type: str
+      for:
+        description: What needs it (named in the refusal).
+        type: str
+  env:
+    description: The unit's environment without its secrets (mode=preflight, with I(imports)).
+    type: dict
+    default: {}
   own_units:
     description: The layout's unit and the units it conflicts with. The port may be held by one of them that runs.
     type: list
@@ -236,6 +264,7 @@ evidence:
   type: dict
 """
 
+import os
 from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
@@ -281,6 +310,10 @@ def preflight(module, url):
     host = parts.hostname or "127.0.0.1"
     port = parts.port or 80
     own = _own_active(module, [p["unit"], *p["own_units"]])
+    imports = p["imports"]
+    if imports and module.check_mode and not (p["python"] and os.access(p["python"], os.X_OK)):
+        # check mode before provision built the venv: the imports are tried on the real run
+        imports = []
     try:
         problems = host_preflight(
             p["verdict"],
@@ -293,6 +326,9 @@ def preflight(module, url):
             read_as=p["read_as"],
             read_paths=p["read_paths"],
             ports=p["ports"],
+            python=p["python"],
+            imports=imports,
+            env=p["env"],
         )
     except OSError as exc:
         problems = [f"cannot check port {port} on {host}: {exc}"]
@@ -337,6 +373,18 @@ def main():
             "read_as": {"type": "str"},
             "read_paths": {"type": "list", "elements": "path", "default": []},
             "ports": {"type": "list", "elements": "int", "default": []},
+            "python": {"type": "path"},
+            "imports": {
+                "type": "list",
+                "elements": "dict",
+                "default": [],
+                "options": {
+                    "module": {"type": "str", "required": True},
+                    "package": {"type": "str"},
+                    "for": {"type": "str"},
+                },
+            },
+            "env": {"type": "dict", "default": {}},
         },
         required_if=[("manager", "process", ["run_dir"])],
         supports_check_mode=True,

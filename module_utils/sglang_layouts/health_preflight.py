@@ -1,5 +1,6 @@
 """Read-only checks before anything on the host changes: the planner's verdict, the model path,
-the ports, and whether the unprivileged engine user can read what it needs."""
+the ports, whether the unprivileged engine user can read what it needs, and whether the unit's
+Python imports the modules its start will (a pd layout's transfer backend)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,21 @@ import os
 import pwd
 import socket
 import stat
+import subprocess
+
+from .jit_toolchain import run_python
+
+# imports every module given on the command line; on failure prints the module and the exception's
+# last line (the one that says what is missing: a package, or a shared library its extension links)
+_IMPORT_PROBE = """
+import importlib, sys
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except BaseException as exc:
+        print(name + "\t" + (type(exc).__name__ + ": " + str(exc)).splitlines()[0])
+        sys.exit(3)
+"""
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -79,6 +95,41 @@ def unreadable(user: str, path: str) -> str | None:
     return None
 
 
+def import_problems(
+    python: str, imports, env: dict, user: str | None = None, timeout: float = 120
+) -> list[str]:
+    """One problem per module of `imports` ({module, package, for}) that `python`, run with the unit's
+    environment and as its user, cannot import, with the exception's line and the fix."""
+    imports = [i for i in imports or () if i.get("module")]
+    if not imports:
+        return []
+    if not os.access(python, os.X_OK):
+        return [f"{python} does not exist or cannot run: build the engine's venv first (sglang_venv)"]
+    names = [i["module"] for i in imports]
+    # read-only: no bytecode written into the venv
+    env = {**(env or {}), "PYTHONDONTWRITEBYTECODE": "1"}
+    try:
+        proc, as_user = run_python(python, ["-c", _IMPORT_PROBE, *names], env, user, timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [f"{python} could not check the imports {', '.join(names)}: {exc}"]
+    if proc.returncode == 0:
+        return []
+    lines = (proc.stdout or "").strip().splitlines()
+    module, _, why = lines[-1].partition("\t") if lines else ("", "", "")
+    if not why:
+        tail = (proc.stderr or proc.stdout or "no output").strip().splitlines()[-1:]
+        return [
+            f"{python} could not check the imports {', '.join(names)} (exit {proc.returncode}): {tail[0]}"
+        ]
+    need = next((i for i in imports if i["module"] == module), imports[0])
+    return [
+        f"{need.get('for') or 'the engine'} needs the Python module {module} ({need.get('package') or module}), "
+        f"which the unit's Python cannot import as {as_user}: {why}. Install {need.get('package') or module} "
+        "into the engine's venv (sglang_venv_packages, or its wheel in the wheelhouse); a shared library it "
+        "links that the host lacks goes on the layout's env: LD_LIBRARY_PATH"
+    ]
+
+
 def preflight(
     verdict: str,
     reasons,
@@ -90,12 +141,16 @@ def preflight(
     read_as: str | None = None,
     read_paths=(),
     ports=(),
+    python: str | None = None,
+    imports=(),
+    env: dict | None = None,
 ) -> list[str]:
     """Read-only checks before anything on the host changes; returns the problems (empty = go).
 
     own_active: the layout's unit, or one that conflicts with it (and will be stopped), is running.
     read_as / read_paths: the unprivileged user the engine runs as must be able to read these
-    (its code, the model's config, the run dir); ports: the layout's other listening ports.
+    (its code, the model's config, the run dir); ports: the layout's other listening ports;
+    python / imports / env: modules the unit's Python must import with the unit's environment, as read_as.
     """
     problems = []
     if read_as:
@@ -103,6 +158,8 @@ def preflight(
             why = unreadable(read_as, path)
             if why:
                 problems.append(why)
+    if python and imports:
+        problems += import_problems(python, imports, env or {}, read_as)
     if verdict in ("oom", "invalid") and not force:
         problems.append(
             f"the planner's verdict is {verdict}: "

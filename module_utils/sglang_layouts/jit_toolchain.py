@@ -89,8 +89,9 @@ def jit_needs(engine: str | None) -> list[str]:
     return list(role_facts(engine)["jit_tools"])
 
 
-def probe(python: str, env: dict, user: str | None = None, timeout: float = 120) -> dict:
-    """Run PROBE with `python` and exactly `env` (plus HOME), as `user` when this process is root."""
+def run_python(python: str, args, env: dict, user: str | None = None, timeout: float = 120):
+    """Run `python ARGS` with exactly `env` (plus HOME, and PATH when unset), as `user` when this process
+    is root: what the service user's unit would see. Returns (CompletedProcess, the user it ran as)."""
     env = {str(k): str(v) for k, v in (env or {}).items()}
     kwargs = {}
     as_user = None
@@ -107,7 +108,7 @@ def probe(python: str, env: dict, user: str | None = None, timeout: float = 120)
     env.setdefault("HOME", os.environ.get("HOME", "/"))
     env.setdefault("PATH", SYSTEM_PATH)
     proc = subprocess.run(
-        [python, "-c", PROBE],
+        [python, *args],
         env=env,
         capture_output=True,
         text=True,
@@ -116,11 +117,17 @@ def probe(python: str, env: dict, user: str | None = None, timeout: float = 120)
         check=False,
         **kwargs,
     )
+    return proc, as_user or pwd.getpwuid(os.geteuid()).pw_name
+
+
+def probe(python: str, env: dict, user: str | None = None, timeout: float = 120) -> dict:
+    """Run PROBE with `python` and exactly `env` (plus HOME), as `user` when this process is root."""
+    proc, as_user = run_python(python, ["-c", PROBE], env, user, timeout)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise RuntimeError(f"{python} could not run the JIT probe (exit {proc.returncode}): {tail[0]}")
     found = json.loads(proc.stdout.strip().splitlines()[-1])
-    found["as_user"] = as_user or pwd.getpwuid(os.geteuid()).pw_name
+    found["as_user"] = as_user
     return found
 
 

@@ -31,6 +31,16 @@ from .plan_validate import check_pd_ports, check_pd_reach, check_pd_transfer_bac
 from .render import unit_name
 
 ROLES = ("prefill", "decode")
+# What each transfer backend's KV transfer imports when a server starts, and the package that has it
+# (SGLang 0.5.16: distributed/device_communicators/mooncake_transfer_engine.py for mooncake, and for
+# mooncake_tcp, mooncake's engine over TCP; disaggregation/nixl/conn.py for nixl). A server that
+# cannot import it dies after loading its weights ("Please install mooncake ..."): the preflight
+# imports it first, with the unit's Python, environment and user.
+TRANSFER_IMPORTS = {
+    "mooncake": {"module": "mooncake.engine", "package": "mooncake-transfer-engine"},
+    "mooncake_tcp": {"module": "mooncake.engine", "package": "mooncake-transfer-engine"},
+    "nixl": {"module": "nixl._api", "package": "nixl"},
+}
 # sglang-router's own flags for the router: policies (docs/router.md)
 ROUTER_POLICY_FLAGS = {
     "policy": "--policy",
@@ -210,6 +220,7 @@ def plan_pd_layout(
             env = dict(sub["env"])
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
             host = hosts[host_i]
+            transfer = TRANSFER_IMPORTS.get(pd["transfer_backend"]) if engine == "sglang" else None
             units.append(
                 {
                     "name": unit_name(spec.name, f"{name}-{role}{i}", SGLANG.unit_prefix),
@@ -225,6 +236,10 @@ def plan_pd_layout(
                     "gate": "ready",
                     "ports": extra_ports,
                     "bootstrap_port": bootstrap[i] if role == "prefill" else None,
+                    # Python modules the server imports at start beyond SGLang's own (preflight)
+                    "imports": [{**transfer, "for": f"pd.transfer_backend {pd['transfer_backend']}"}]
+                    if transfer
+                    else [],
                     # where the router reaches it (loopback on the router's host), set below
                     "url": None,
                 }

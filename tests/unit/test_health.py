@@ -11,7 +11,7 @@ import json
 import threading
 
 import pytest
-from sglang_layouts import health
+from sglang_layouts import health, health_preflight
 
 from tests.helpers.engine_fakes import (
     HANG_S,
@@ -139,6 +139,71 @@ def test_preflight_port_and_model_path(tmp_path):
         assert any(f"port {port}" in x for x in problems)
         # held by one of our layout units: fine
         assert health.preflight("fits", [], False, str(tmp_path), "127.0.0.1", port, True) == []
+
+
+MOONCAKE = [
+    {
+        "module": "mooncake.engine",
+        "package": "mooncake-transfer-engine",
+        "for": "pd.transfer_backend mooncake_tcp",
+    }
+]
+
+
+def _package(root, body: str):
+    """A `mooncake` package whose `engine` module runs `body` when imported."""
+    pkg = root / "mooncake"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "engine.py").write_text(body)
+    return str(root)
+
+
+def test_preflight_imports_the_transfer_backend_with_the_units_environment(tmp_path):
+    import sys
+
+    # importable only with the unit's environment: its PYTHONPATH and a variable it sets
+    path = _package(
+        tmp_path / "ok", "import os\nassert os.environ.get('UNIT_MARK') == 'yes', 'not the unit env'\n"
+    )
+    env = {"PYTHONPATH": path, "UNIT_MARK": "yes"}
+    assert health_preflight.import_problems(sys.executable, MOONCAKE, env) == []
+    # the same module without the unit's variable fails: the check ran with exactly `env`
+    bad = health_preflight.import_problems(sys.executable, MOONCAKE, {"PYTHONPATH": path})
+    assert len(bad) == 1 and "not the unit env" in bad[0]
+    # through preflight(): one problem more, the others unchanged
+    with listening() as port:
+        problems = health.preflight(
+            "fits",
+            [],
+            False,
+            str(tmp_path),
+            "127.0.0.1",
+            port,
+            True,
+            python=sys.executable,
+            imports=MOONCAKE,
+            env={},
+        )
+    assert len(problems) == 1 and "No module named 'mooncake'" in problems[0]
+    assert "mooncake-transfer-engine" in problems[0] and "pd.transfer_backend mooncake_tcp" in problems[0]
+
+
+def test_a_missing_shared_library_names_the_library_and_the_fix(tmp_path):
+    import sys
+
+    # what a wheel's extension raises when the host lacks a library it links (mooncake's engine.so)
+    path = _package(
+        tmp_path,
+        "raise ImportError('libibverbs.so.1: cannot open shared object file: No such file or directory')\n",
+    )
+    (msg,) = health_preflight.import_problems(sys.executable, MOONCAKE, {"PYTHONPATH": path})
+    assert msg.startswith("pd.transfer_backend mooncake_tcp needs the Python module mooncake.engine")
+    assert "ImportError: libibverbs.so.1: cannot open shared object file" in msg
+    assert "LD_LIBRARY_PATH" in msg and "sglang_venv_packages" in msg
+    # a Python that is not there: said, not raised
+    (msg,) = health_preflight.import_problems(str(tmp_path / "nope" / "python"), MOONCAKE, {})
+    assert "build the engine's venv first" in msg
 
 
 def test_check_alive_for_node_ranks_above_zero(log):

@@ -286,6 +286,28 @@ def test_ib_device_is_rendered_when_named():
         assert flag(pd[role]["units"][0]["argv"], "--disaggregation-ib-device") == "mlx5_0"
 
 
+@pytest.mark.parametrize(
+    "backend, engine, imports",
+    [
+        ("mooncake_tcp", "sglang", [("mooncake.engine", "mooncake-transfer-engine")]),
+        ("mooncake", "sglang", [("mooncake.engine", "mooncake-transfer-engine")]),
+        ("nixl", "sglang", [("nixl._api", "nixl")]),
+        # the simulator moves its KV itself: nothing to import
+        ("mooncake_tcp", "sim", []),
+    ],
+)
+def test_each_server_names_what_its_transfer_backend_imports(backend, engine, imports):
+    lay = json.loads(json.dumps(SHARED))
+    lay["pd"]["transfer_backend"] = backend
+    doc = plan([lay], llama8b(), hardware=H200_ONE, serving={**DEMO_SERVING, "engine": engine})
+    pd = entry(doc, "pd1")
+    for unit in pd["units"]:
+        got = [(i["module"], i["package"]) for i in unit.get("imports") or []]
+        assert got == ([] if unit["role"] == "router" else imports), unit["name"]
+        for i in unit.get("imports") or []:
+            assert i["for"] == f"pd.transfer_backend {backend}"
+
+
 def test_plan_json_carries_units_and_kv_per_role(one_gpu):
     doc = json.loads(json.dumps(one_gpu))
     pd = entry(doc, "pd1")["pd"]

@@ -77,8 +77,8 @@ def _compare(doc_opts: dict, spec: dict, where: str) -> list[str]:
                 problems.append(
                     f"{where}.{name}: {key} is {d!r} in DOCUMENTATION, {a!r} in the argument_spec"
                 )
-        if doc.get("options") or arg.get("options"):
-            problems += _compare(doc.get("options") or {}, arg.get("options") or {}, f"{where}.{name}")
+        if doc.get("suboptions") or arg.get("options"):
+            problems += _compare(doc.get("suboptions") or {}, arg.get("options") or {}, f"{where}.{name}")
     return problems
 
 
