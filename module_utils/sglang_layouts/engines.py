@@ -1,8 +1,10 @@
 """What differs between the serving engines: launcher, flags, memory knob, readiness, semantics.
 
 The planner, the readiness gate and the sglang_health module ask this module, never an
-`if engine == ...` scattered elsewhere. `sim` is SGLang's stand-in: SGLang's rules and flags,
-another launcher.
+`if engine == ...` scattered elsewhere. `sim` is SGLang's stand-in, an entry of its own (SIM):
+SGLang's rules, flags, launcher line and unit names, with `simulated` set, another module run by
+the unit and no JIT builds. Whether an engine is the simulator is asked of it (`.simulated`),
+never of its name.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from .model import PlanError
@@ -73,6 +75,12 @@ class Engine:
     # what its JIT kernel builds run at start (jit_toolchain.py checks them on the unit's PATH at
     # provision): SGLang and flashinfer call ninja, nvcc and c++, and compile flashinfer's data/
     jit_tools: tuple[str, ...] = ()
+    # -- the simulator --
+    # it is the simulator (sglang_sim): a stand-in that serves like the engine on no GPU
+    simulated: bool = False
+    # the module its unit runs in place of the launcher's (`python -m <unit_module>`); "": the
+    # launcher's own. The plan's argv keeps the launcher, so plans and records read the same.
+    unit_module: str = ""
 
     @property
     def unit_prefix(self) -> str:
@@ -156,7 +164,13 @@ VLLM = Engine(
     venv_var="vllm_venv_path",
 )
 
-ENGINES = {"sglang": SGLANG, "sim": SGLANG, "vllm": VLLM}
+# SGLang's stand-in: SGLang in everything the planner and the records read (its name, so its unit
+# names, flag table and messages are SGLang's; its launcher line in the plan), run from the role's
+# own copy of sglang_sim by the host's python3, compiling nothing
+SIM = replace(SGLANG, simulated=True, unit_module="sglang_sim", jit_tools=())
+
+SIM_NAME = "sim"  # how the inventory (sglang_engine) and the records name the simulator
+ENGINES = {SGLANG.name: SGLANG, SIM_NAME: SIM, VLLM.name: VLLM}
 
 
 def engine_of_unit(unit: str | None) -> str:
@@ -174,17 +188,23 @@ def engine(name: str | None) -> Engine:
     return ENGINES[key]
 
 
+def is_simulated(name: str | None) -> bool:
+    """Whether the engine named so is the simulator; a name no engine has is not (a record or a
+    report names what it is given)."""
+    eng = ENGINES.get(str(name or "").lower())
+    return bool(eng and eng.simulated)
+
+
 def role_facts(name: str | None) -> dict:
     """What the roles read of a layout's engine: how units and messages name it, the variable naming
     its venv, and whether it is the simulator (which runs `python3 -m sglang_sim` from the role's
     own copy instead of a venv), and what its JIT builds run (none for the simulator: it compiles nothing)."""
     eng = engine(name)
-    simulated = (name or "").lower() == "sim"
     return {
         "label": eng.label,
         "venv_var": eng.venv_var,
-        "simulated": simulated,
-        "jit_tools": [] if simulated else list(eng.jit_tools),
+        "simulated": eng.simulated,
+        "jit_tools": list(eng.jit_tools),
     }
 
 

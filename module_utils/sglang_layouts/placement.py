@@ -17,10 +17,28 @@ from __future__ import annotations
 from .engines import ENGINES
 from .model import PlanError
 
-# How a unit is judged after its start (library/sglang_health.py): `ready` waits for the server's
-# readiness, `alive` checks that it still runs and logged nothing fatal (a node rank >= 1 serves no
-# HTTP), `router` is the router's own check (every replica registered and healthy).
-GATES = ("ready", "alive", "router")
+# Each unit's `gate` says how it is judged after its start (library/sglang_health.py): `ready` waits
+# for the server's readiness, `alive` checks that it still runs and logged nothing fatal (a node rank
+# >= 1 serves no HTTP), `router` is the router's own check (every replica registered and healthy).
+
+# Addresses that mean "every address of the host": probed through loopback.
+_ANY_ADDRESS = ("", "0.0.0.0", "::")
+
+
+def probe_host(bind: str | None) -> str:
+    """Where the host itself reaches a server bound to `bind` (sglang_host)."""
+    host = str(bind or "")
+    return "127.0.0.1" if host in _ANY_ADDRESS else host
+
+
+def add_probe_urls(plan: dict, bind: str | None) -> None:
+    """Each unit's `probe_url` (its health, readiness and facts, from its own host) and the layout's
+    `placement.api_url` (its server, node rank 0, or its router), for servers bound to `bind`."""
+    host = probe_host(bind)
+    host = f"[{host}]" if ":" in host else host
+    for unit in plan["units"]:
+        unit["probe_url"] = f"http://{host}:{unit['port']}"
+    plan["placement"]["api_url"] = f"http://{host}:{plan['port']}"
 
 
 def _server_unit(plan: dict, host, node_rank, argv: list, gate: str) -> dict:

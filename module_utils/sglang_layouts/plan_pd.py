@@ -15,9 +15,9 @@ keeps each role's plan (memory, KV, units).
 
 from __future__ import annotations
 
-from .engines import SGLANG, engine_flags
+from .engines import SGLANG, engine_flags, is_simulated
 from .model import ModelSpec
-from .placement import placement
+from .placement import add_probe_urls, placement
 from .plan_inputs import (
     _float,
     normalize_cluster,
@@ -61,7 +61,8 @@ def _with_flag(flags: list[str], flag: str, value: str) -> list[str]:
 def pd_engine(serving: dict) -> str:
     """The engine of a pd layout: SGLang, or its simulator where the inventory runs the simulator
     (vLLM has no pd layouts here)."""
-    return "sim" if str(serving.get("engine") or "sglang").lower() == "sim" else "sglang"
+    name = str(serving.get("engine") or SGLANG.name).lower()
+    return name if is_simulated(name) else SGLANG.name
 
 
 def _role_layout(
@@ -406,4 +407,5 @@ def plan_pd_layout(
         "units": all_units,
     }
     plan["placement"] = placement(plan, here)
+    add_probe_urls(plan, serving_n["host"])
     return plan

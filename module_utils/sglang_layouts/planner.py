@@ -37,7 +37,7 @@ from .model import (
     PlanError,
     load_model,
 )
-from .placement import layout_units, placement, units_on
+from .placement import add_probe_urls, layout_units, placement, units_on
 from .plan_inputs import (
     LAYOUT_KEYS,
     _float,
@@ -256,6 +256,7 @@ def plan_layout(
         replica["env"] = mask_env(replica["env"], secret_env)
     plan["units"] = layout_units(plan)
     plan["placement"] = placement(plan, cluster["host"])
+    add_probe_urls(plan, eff["host"])
     if plan["reasons"]:
         plan["failure"] = "invalid"
         return plan

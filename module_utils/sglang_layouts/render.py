@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from .engines import SGLANG, VLLM
+
 # The seed's Environment lines for a PCIe-only box: no InfiniBand on one host,
 # P2P across the PCIe tree, ring all-reduce. Nothing is forced on NVLink hosts.
 PCIE_ENV = {
@@ -43,8 +45,26 @@ def render_argv(
 
     flag_table is the engine release's own flag table (engines.engine_flags): where it marks a
     flag deprecated, the builder spells the layout the release's current way."""
-    build = ARGV_BUILDERS[eng.name if eng is not None else "sglang"]
-    return build(spec, lay, par, serving, args, port, (flag_table or {}).get("flags", {}))
+    eng = eng if eng is not None else SGLANG
+    table_flags = (flag_table or {}).get("flags", {})
+    return ARGV_BUILDERS[eng.name](spec, lay, par, serving, args, port, table_flags, eng)
+
+
+# Serving keys (engines.py: an engine's serving_flags) that the builders do not render in the
+# serving block: host leads the command line (a layout's args: may replace it), grammar_backend
+# follows --trust-remote-code, and kv_cache_dtype reaches it only through a layout's args:.
+_HEAD_KEYS = ("host",)
+_TAIL_KEYS = ("grammar_backend",)
+_ARGS_ONLY_KEYS = ("kv_cache_dtype",)
+
+
+def serving_flag_keys(eng, keys=None) -> dict[str, str]:
+    """flag -> serving key of eng's serving_flags, in their order (engines.py is the one table): the
+    serving block's (keys None: all but the head, tail and args-only keys), else those of keys."""
+    if keys is None:
+        skip = (*_HEAD_KEYS, *_TAIL_KEYS, *_ARGS_ONLY_KEYS)
+        return {flag: key for key, flag in eng.serving_flags.items() if key not in skip}
+    return {flag: key for key, flag in eng.serving_flags.items() if key in keys}
 
 
 def is_deprecated(table_flags: dict, flag: str) -> bool:
@@ -80,7 +100,7 @@ def dp_attention_flags(table_flags: dict, dp: int, enabled: bool) -> list[str]:
 
 
 def _sglang_argv(
-    spec, lay: dict, par: dict, serving: dict, args: dict, port: int, table_flags: dict
+    spec, lay: dict, par: dict, serving: dict, args: dict, port: int, table_flags: dict, eng=SGLANG
 ) -> list[str]:
     """`python -m sglang.launch_server` flags."""
     flags = ["--model-path", spec.path or spec.name, "--host", str(serving["host"]), "--port", str(port)]
@@ -100,26 +120,25 @@ def _sglang_argv(
                 "--dist-init-addr",
                 par["dist_init_addr"],
             ]
-    sglang_serving = {
-        "--mem-fraction-static": "mem_fraction_static",
-        "--context-length": "context_length",
-        "--max-running-requests": "max_running_requests",
-        "--attention-backend": "attention_backend",
-    }
-    _add_serving_flags(flags, serving, args, sglang_serving)
-    if serving.get("grammar_backend") is not None and "--grammar-backend" not in args:
-        flags += ["--grammar-backend", str(serving["grammar_backend"])]
+    _add_serving_flags(flags, serving, args, eng)
     return _append_args(flags, {current_spelling(table_flags, f): v for f, v in args.items()})
 
 
-def _add_serving_flags(flags: list[str], serving: dict, args: dict, flag_keys: dict) -> None:
-    """The serving settings as flags (flag -> serving key; a layout's args: win), then --trust-remote-code."""
+def _add_serving_flags(flags: list[str], serving: dict, args: dict, eng) -> None:
+    """eng's serving settings as flags (a layout's args: win), then --trust-remote-code, then the
+    tail keys (--grammar-backend)."""
+    _add_flags(flags, serving, args, serving_flag_keys(eng))
+    if serving.get("trust_remote_code"):
+        flags.append("--trust-remote-code")
+    _add_flags(flags, serving, args, serving_flag_keys(eng, _TAIL_KEYS))
+
+
+def _add_flags(flags: list[str], serving: dict, args: dict, flag_keys: dict) -> None:
+    """Each set serving value as its flag (flag -> serving key), unless a layout's args: give the flag."""
     for flag, key in flag_keys.items():
         value = serving.get(key)
         if value is not None and flag not in args:
             flags += [flag, str(value)]
-    if serving.get("trust_remote_code"):
-        flags.append("--trust-remote-code")
 
 
 def _append_args(flags: list[str], args: dict) -> list[str]:
@@ -136,7 +155,7 @@ def _append_args(flags: list[str], args: dict) -> list[str]:
 
 
 def _vllm_argv(
-    spec, lay: dict, par: dict, serving: dict, args: dict, port: int, table_flags: dict
+    spec, lay: dict, par: dict, serving: dict, args: dict, port: int, table_flags: dict, eng=VLLM
 ) -> list[str]:
     """`python -m vllm.entrypoints.openai.api_server` flags: vLLM's names for the same layout."""
     flags = ["--model", spec.path or spec.name, "--host", str(serving["host"]), "--port", str(port)]
@@ -148,16 +167,11 @@ def _vllm_argv(
         flags += ["--data-parallel-size", str(par["dp"])]
     if par["ep"] > 1:
         flags.append("--enable-expert-parallel")
-    vllm_serving = {
-        "--gpu-memory-utilization": "gpu_memory_utilization",
-        "--max-model-len": "context_length",
-        "--max-num-seqs": "max_running_requests",
-    }
-    _add_serving_flags(flags, serving, args, vllm_serving)
+    _add_serving_flags(flags, serving, args, eng)
     return _append_args(flags, args)
 
 
-# engine -> its command line (the simulator is SGLang's engine entry: the same flags)
+# engine name -> its command line (the simulator's entry is named sglang: the same flags)
 ARGV_BUILDERS = {"sglang": _sglang_argv, "vllm": _vllm_argv}
 
 

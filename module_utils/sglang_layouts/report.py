@@ -17,8 +17,8 @@ import json
 import os
 import sys
 
+from . import engines, speed_check
 from . import results as _results
-from . import speed_check
 from .fileio import write_atomic
 
 # Columns shown in REPORT.md only when some row has a value (old records and runs without an SLO or a cost).
@@ -91,7 +91,7 @@ def engine_of(rec):
     return (
         rec.get("engine")
         or (rec.get("prediction") or {}).get("engine")
-        or ("sim" if rec.get("simulated") else "sglang")
+        or (engines.SIM_NAME if rec.get("simulated") else engines.SGLANG.name)
     )
 
 

@@ -48,7 +48,7 @@ def unit_spec(lp: dict, unit: dict, ctx: dict, secret_env: dict | None = None) -
     if is_router:
         argv = [str(ctx["router_venv"]) + "/bin/python", *argv_in[1:]]
     else:
-        argv = [python, "-m", "sglang_sim" if sim else argv_in[2], *argv_in[3:], *key_argv]
+        argv = [python, "-m", engines.engine(engine).unit_module or argv_in[2], *argv_in[3:], *key_argv]
     unit_argv = [argv[0], str(ctx["redact_path"]), *argv] if key_argv else argv
     env: dict = {}
     secret_env = {} if is_router else dict(secret_env or {})

@@ -54,8 +54,34 @@ def test_a_plain_layout_is_one_server_unit_on_its_host(plans):
         "pd": False,
         "spans": False,
         "here": True,
+        # bound to every address (0.0.0.0): probed through loopback
+        "api_url": "http://127.0.0.1:30000",
     }
+    assert unit["probe_url"] == "http://127.0.0.1:30000"
     assert placement.units_on(lp, "b") == [unit]
+
+
+@pytest.mark.parametrize(
+    "bind, url",
+    [
+        ("0.0.0.0", "http://127.0.0.1:31000"),
+        ("::", "http://127.0.0.1:31000"),
+        (None, "http://127.0.0.1:31000"),
+        ("10.0.0.1", "http://10.0.0.1:31000"),
+        ("::1", "http://[::1]:31000"),
+    ],
+)
+def test_the_planner_says_where_each_unit_and_the_api_are_probed(bind, url):
+    lp = {"port": 31000, "units": [{"port": 31001}, {"port": 31000}], "placement": {}}
+    placement.add_probe_urls(lp, bind)
+    assert lp["placement"]["api_url"] == url
+    assert [u["probe_url"] for u in lp["units"]] == [url[:-1] + "1", url]
+
+
+def test_every_unit_of_a_replica_layout_has_its_probe_url(plans):
+    lp = plans["a"]["replicas"]
+    assert [u["probe_url"] for u in lp["units"]] == [f"http://127.0.0.1:{u['port']}" for u in lp["units"]]
+    assert lp["placement"]["api_url"] == f"http://127.0.0.1:{lp['port']}" == "http://127.0.0.1:31000"
 
 
 def test_a_multi_node_layout_has_one_unit_per_node_with_its_rank(plans):
