@@ -114,6 +114,10 @@ def _filters(repo):
     return mod
 
 
+def _listed(value) -> list:
+    return list(value) if isinstance(value, list) else [value] if value is not None else []
+
+
 def test_every_filter_has_its_documentation_and_its_parameters(repo):
     mod = _filters(repo)
     filters = mod.FilterModule().filters()
@@ -126,6 +130,14 @@ def test_every_filter_has_its_documentation_and_its_parameters(repo):
         assert body["name"] == name and body["short_description"] and body["description"]
         assert "_input" in body["options"] and doc["RETURN"]["_value"]["description"]
         assert f"sglang.layouts.{name}" in doc["EXAMPLES"]
+        # ansible-doc renders only text: an unquoted "key: value" in a description is read as a dict
+        texts = [
+            body["short_description"],
+            *_listed(body["description"]),
+            *_listed(doc["RETURN"]["_value"]["description"]),
+        ]
+        texts += [t for o in body["options"].values() for t in _listed(o.get("description"))]
+        assert all(isinstance(t, str) for t in texts), (name, [t for t in texts if not isinstance(t, str)])
         # the function behind the filter: its parameters after the piped value are the documented options
         fn = mod._FACES[name][0] if name in mod._FACES else face
         fn = mod._library(fn) if isinstance(fn, str) else fn
