@@ -11,7 +11,7 @@ The simulator acts this out with one TCP connection per non-zero node:
     rank >= 1 -> rank 0   SGLANG_SIM HELLO <node_rank> <nnodes>\\n
     rank 0 -> rank >= 1   SGLANG_SIM READY\\n       once every node has said hello
     rank 0 -> rank >= 1   SGLANG_SIM SHUTDOWN\\n    rank 0's graceful stop (SGLang's ShutdownReq broadcast)
-    either way            SGLANG_SIM FATAL <why>\\n  optional, before closing
+    either way            SGLANG_SIM FATAL <why>\\n  optional, before closing (read; no node sends it now)
 
 The open connection is the liveness: a closed connection (the process died, SIGKILL included:
 the kernel closes its sockets) means the peer is gone. Standard library only.
@@ -243,10 +243,3 @@ class Rendezvous:
             why = "connection reset"
         if not self.closing:
             self.on_master_lost(why)
-
-    def send_fatal(self, why: str) -> None:
-        """Tell the other end that this node is going down (before it does)."""
-        targets = [self._writer] if self._writer is not None else list(self.peers.values())
-        for w in targets:
-            with contextlib.suppress(Exception):
-                w.write(f"{MAGIC} FATAL {why}\n".encode())

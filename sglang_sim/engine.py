@@ -107,9 +107,6 @@ def frame(payload: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(payload), payload)
 
 
-DONE_FRAMED = frame(DONE)
-
-
 class Req:
     """One generation request and its place in the schedule."""
 

@@ -7,13 +7,11 @@ import asyncio
 import json
 import time
 from email.utils import formatdate
-from typing import TYPE_CHECKING
-
-from .engine import CHUNK_END
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from .engine import Req
-    from .server import Sim
+    from .log import Log
 
 REASONS = {
     200: "OK",
@@ -32,6 +30,16 @@ now = time.monotonic  # = asyncio's loop.time(): one clock for arrival and the s
 _date_cache = [0, ""]
 
 
+class Server(Protocol):
+    """What a Conn uses of the server object (server.Sim): naming the protocol rather than Sim keeps
+    this module free of imports from server, multinode, routes and startup, which all import it."""
+
+    halted: bool
+    log: Log
+
+    def dispatch(self, conn: Conn, method: str, target: str, headers: dict, body: bytes) -> None: ...
+
+
 def _http_date() -> str:
     """The Date header, formatted once per second (email.utils.formatdate costs ~10 us a call)."""
     t = int(time.time())
@@ -42,7 +50,7 @@ def _http_date() -> str:
 
 
 class Conn(asyncio.BufferedProtocol):
-    def __init__(self, sim: Sim):
+    def __init__(self, sim: Server):
         self.sim = sim
         self.buf = bytearray()
         self.busy = False
@@ -167,10 +175,6 @@ class Conn(asyncio.BufferedProtocol):
         self.write(
             f"{self._head(200, 'text/event-stream; charset=utf-8', '')}transfer-encoding: chunked\r\n\r\n".encode()
         )
-
-    def end_stream(self):
-        self.write(CHUNK_END)
-        self.done()
 
     def done(self):
         self.req = None

@@ -2,7 +2,7 @@
 
 Sim is one server process; each concept has its file: http_conn.py (HTTP/1.1 connections),
 startup.py (the start-up phases and their log lines), multinode.py (rank 0 vs ranks > 0),
-routes.py (the OpenAI and SGLang endpoints). This file holds what they share: the process's
+pd.py (prefill/decode disaggregation), routes.py (the OpenAI and SGLang endpoints). This file holds what they share: the process's
 state, its signals and shutdown, the bookkeeping of finished requests, and the injected faults.
 """
 

@@ -8,7 +8,6 @@ import re
 
 from .bench_common import BenchError, is_number, parse_rate, percentile, rate_json, rate_label, say
 
-SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
 _SLO_KEY = re.compile(r"^(ttft|itl|tpot|e2e)_(?:p([0-9]{1,2}(?:\.[0-9]+)?)_)?ms$")
 SLO_OPTIONS = (
     "percentile",

@@ -510,11 +510,6 @@ def best(a: Match | None, b: Match | None) -> Match | None:
     return a
 
 
-def is_stop_request(line: str) -> bool:
-    """The supervisor's or systemd's line that a stop was asked for."""
-    return bool(_STOP_REQUESTS.search(body_of(line)))
-
-
 def _continues_traceback(body: str) -> bool:
     """A traceback line that a per-line prefix (vLLM's, Ray's) does not end: a frame, a chain marker,
     a new header, a blank line."""

@@ -4,7 +4,8 @@ The planner needs, for each weight, its size and how SGLang shards it. This
 module produces that inventory either from the Hugging Face ``config.json``
 (mode ``config``: shapes derived the way SGLang builds the model) or from the
 ``*.safetensors`` headers when the weights are on this machine (mode
-``safetensors``: exact sizes). Sharding rules live in planner.py; here a tensor
+``safetensors``: exact sizes). Sharding rules live in memory.py (``shard_factor``: a
+rank's share of each kind) and plan_rules.py (which splits divide evenly); here a tensor
 only says *which kind* of split applies (see ``SHARD_KINDS``).
 """
 
