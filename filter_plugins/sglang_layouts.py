@@ -149,6 +149,8 @@ _FACES = {
     "sglang_first_failure": ("placement.first_failure",),
     # a sweep's failure of one layout (class, message, evidence) from every source, most specific first
     "sglang_layout_failure": ("layout_failure.layout_failure",),
+    # a record's gpu and versions blocks, the same for ok, failed and skipped records (results.py)
+    "sglang_record_context": ("results.record_context",),
     "sglang_nodes_outcome": ("placement.nodes_outcome",),
     # wheel file names -> exact pins; pip steps without some pins (wheels.py)
     "sglang_wheel_pins": ("wheels.wheel_pins", "wheels.WheelError"),

@@ -21,6 +21,7 @@ import os
 import re
 
 from .bench_formulas import FORMULAS as BENCH_FORMULAS
+from .engines import is_simulated
 from .fileio import fsync_dir, write_atomic
 from .names import NAME as _NAME
 from .names import layout_name_problem
@@ -202,7 +203,7 @@ def build_record(
         "host": host,
         "layout": layout,
         "status": status,
-        "simulated": engine == "sim",
+        "simulated": is_simulated(engine),
         # served with --load-format dummy: real memory, KV and speed on real GPUs, not real outputs
         "dummy_weights": bool(plan.get("dummy_weights")),
         "engine": engine,
@@ -359,3 +360,41 @@ def load_run(results_dir, run_id, all_attempts=False):
             elif key not in chosen or record["attempt"] > chosen[key]["attempt"]:
                 chosen[key] = record
     return [chosen[k] for k in sorted(chosen)]
+
+
+# The host's facts a record carries: its GPUs (gpu_facts, else the inventory) and the pins.
+RECORD_GPU_KEYS = (
+    "gpu_count",
+    "gpu_memory_gib",
+    "gpu_interconnect",
+    "gpu_present",
+    "gpu_names",
+    "gpu_driver_version",
+    "gpu_memory_bandwidth_gbs",
+)
+RECORD_PIN_KEYS = ("sglang_version", "ansible_version", "host_python")
+RECORD_HOST_KEYS = RECORD_GPU_KEYS + RECORD_PIN_KEYS
+
+
+def record_context(host_facts, plan_entry, bench=None):
+    """{"gpu", "versions"} of a layout's record: one context for every status (ok, degraded, failed,
+    skipped), so that every record of a run names the same keys.
+
+    host_facts = the host's RECORD_HOST_KEYS (gpu_* as gpu_facts or the inventory set them; the pins
+    sglang_version, ansible_version and host_python); a key it lacks is null (gpu_names: []).
+    plan_entry = the planner's entry for the layout: its engine (resolved against sglang_engine) is the
+    record's, not the host-wide sglang_engine, since one sweep may hold layouts of several engines.
+    bench = the benchmark's facts when one ran (a failed one too): its server's reported version is
+    engine_version, else null."""
+    facts = host_facts or {}
+    server = (bench or {}).get("server") or {}
+    return {
+        "gpu": {k: facts.get(k, [] if k == "gpu_names" else None) for k in RECORD_GPU_KEYS},
+        "versions": {
+            "sglang_pin": facts.get("sglang_version"),
+            "engine": (plan_entry or {}).get("engine") or "sglang",
+            "engine_version": server.get("version") if isinstance(server, dict) else None,
+            "ansible": facts.get("ansible_version"),
+            "host_python": facts.get("host_python"),
+        },
+    }

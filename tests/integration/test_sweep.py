@@ -91,6 +91,10 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir, 
     oom, inv = recs["tp4ep2.json"], recs["tp2ep4.json"]
     assert (oom["status"], oom["prediction"]["verdict"]) == ("skipped", "oom") and oom["reasons"]
     assert (inv["status"], inv["prediction"]["verdict"]) == ("skipped", "invalid") and inv["reasons"]
+    # one record context (results.record_context): a skipped record names the ok one's gpu and versions
+    for rec in (oom, inv):
+        assert rec["gpu"] == tp8["gpu"] and "gpu_present" in rec["gpu"]
+        assert rec["versions"] == {**tp8["versions"], "engine_version": None}
     # the report, and latest
     out_dir = results / run_id
     report = (out_dir / "REPORT.md").read_text()
@@ -131,6 +135,8 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir, 
         failed["timing"]["ready_s"] > 0 and failed["timing"]["bench_s"] == failed["timing"]["warmup_s"] == 0
     )
     assert_timing_adds_up(failed["timing"])
+    # a failed record carries the same context: the plan entry's engine, no server version (it never started)
+    assert failed["gpu"] == tp8["gpu"] and failed["versions"] == {**tp8["versions"], "engine_version": None}
     # the report prefers the latest attempt and is re-runnable from the stored records alone
     r4 = run_playbook("report.yml", extravars={"sglang_results_dir": str(results), "run_id": run_id})
     assert r4.status == "successful", failed_messages(r4)
