@@ -30,7 +30,7 @@ export PY_COLORS := 0
 INVENTORY ?= inventory/demo
 S ?=
 
-.PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test test-under-load test-checks-then-suites lint unit integration conformance molecule bench-sim bench-client bench-rate bench-health bench-health-replay bench-plan bench-predict flags reliability collection clean
+.PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test test-under-load test-checks-then-suites lint unit integration conformance molecule bench-sim bench-client bench-rate bench-health bench-health-replay bench-plan bench-predict flags reliability collection sanity clean
 
 # The descriptions name make variables: printed with their values (make help INVENTORY=inventory/x).
 help: ## list the targets
@@ -105,6 +105,14 @@ molecule: $(STAMP) ## Molecule scenarios on real systemd containers (podman): ma
 # One source: the repo's files as they are, laid out as a collection (ci/build_collection.py).
 collection: $(STAMP) ## the collection sglang.layouts: build/sglang-layouts-<version>.tar.gz (README: "Use it as a collection")
 	$(PY) ci/build_collection.py
+
+# ansible-test sanity on that same tree, laid out in build/sanity/ (ci/sanity.sh says how). Not in
+# `make test` (its time budget). The test venvs ansible-test builds from PyPI live in the machine-level
+# cache (SGLANG_LAYOUTS_CACHE), and so does its pip bootstrap: ansible-test downloads get-pip from a
+# host CI cannot reach, so ci/sanity.sh puts a stand-in there (ci/ansible_test_get_pip.py) with pip's
+# wheel from PyPI, and a fresh machine needs nothing else. ARGS go to ansible-test (ARGS="--test pylint").
+sanity: $(STAMP) ## ansible-test sanity on the collection's tree (not in make test): make sanity [ARGS="--test pylint"]
+	ci/sanity.sh $(ARGS)
 
 reliability: $(STAMP) ## docs/reliability.md's bad inputs and faults, each run by its tests: PASS/FAIL and counts
 	$(PY) ci/reliability.py

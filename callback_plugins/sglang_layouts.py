@@ -1,3 +1,5 @@
+# Copyright: sglang-layouts contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible's default screen output, with a deliberate failure's message printed once."""
 
 from __future__ import annotations

@@ -1,3 +1,5 @@
+# Copyright: sglang-layouts contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Where a run's time goes, per task: written as JSON lines, summed by task at the end."""
 
 from __future__ import annotations
@@ -90,9 +92,9 @@ class CallbackModule(CallbackBase):
         if not self._sums:
             return
         ranked = sorted(self._sums.items(), key=lambda kv: -kv[1][0])
-        total = sum(s for s, _ in self._sums.values())
+        total = sum(seconds for seconds, _runs in self._sums.values())
         lines = [
-            f"task_times: {total:.1f} s over {sum(n for _, n in self._sums.values())} task runs; largest:"
+            f"task_times: {total:.1f} s over {sum(runs for _seconds, runs in self._sums.values())} task runs; largest:"
         ]
         for name, (seconds, count) in ranked[: self.get_option("top")]:
             lines.append(f"  {seconds:8.2f} s  x{count:<3d} {name}")

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: sglang-layouts contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module gpu_facts: nvidia-smi's view of the host's GPUs as ansible_facts."""
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ options:
     type: bool
     default: true
 author:
-  - sglang-layouts
+  - sglang-layouts maintainers (@sglang-layouts)
 notes:
   - The parsing lives in module_utils/sglang_layouts/gpu.py and is tested on output recorded on a real
     NVIDIA H200 (tests/fixtures/gpu/h200-1gpu).
@@ -140,7 +142,9 @@ ansible_facts:
       description: One sentence per problem found, naming the GPU and what to do.
       type: list
       elements: str
-      sample: ["GPU 0 (NVIDIA H200, 00000000:00:06.0) already has 1 process(es) holding memory (pid 462 python3 8802 MiB; 8811 MiB used in all): stop them or SGLang's memory plan will not fit"]
+      sample:
+        - "GPU 0 (NVIDIA H200, 00000000:00:06.0) already has 1 process(es) holding memory (pid 462 python3 8802 MiB;
+          8811 MiB used in all): stop them or SGLang's memory plan will not fit"
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -182,7 +186,7 @@ def main() -> None:
         said = (err or xml).strip().splitlines()
         unavailable(f"nvidia-smi -q -x failed with rc {rc}: {' '.join(said[:3]) or 'no output'}")
 
-    rc, apps, _ = module.run_command([smi, APPS_QUERY, "--format=csv"])
+    rc, apps, _err = module.run_command([smi, APPS_QUERY, "--format=csv"])
     apps = apps if rc == 0 else None
 
     topo = None

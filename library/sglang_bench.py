@@ -37,7 +37,7 @@ description:
   - Bad input (a rate of 0 or below, an SLO key that does not exist, a dataset file that does not parse or holds no
     usable conversation, prompts longer than the context) fails before any request is sent.
 version_added: "0.1.0"
-author: sglang-layouts contributors
+author: sglang-layouts maintainers (@sglang-layouts)
 options:
   url:
     description: Base URL of the server, for example C(http://127.0.0.1:30000).
@@ -248,11 +248,16 @@ options:
     elements: str
 attributes:
   check_mode:
+    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: In check mode no request is sent; the module returns the configuration it would run.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: none
+    details: It measures and reports (changed is always false); the only file it writes is the progress log.
   platform:
+    description: Target OS/families that can be operated against.
+    support: full
     platforms: posix
 notes:
   - The machine that runs the module is the client. Run it on the server's host (C(url) on localhost) or on a
@@ -377,8 +382,9 @@ ansible_facts:
               description: Requests/s of a rate level (C(inf) as a string); null for a concurrency level.
               type: raw
             schedule:
-              description: Rate levels - the seed and arrival_rng, the offsets (s) of the arrival schedule, send_lag_ms (and send_lag_ms_each, per request) and client_lag_ms
-                (mean/p50/p90/p99, and max), achieved_request_rate and scheduled_request_rate.
+              description: Rate levels - the seed and arrival_rng, the offsets (s) of the arrival schedule, send_lag_ms
+                (and send_lag_ms_each, per request) and client_lag_ms (mean/p50/p90/p99, and max), achieved_request_rate
+                and scheduled_request_rate.
               type: dict
             goodput_req_s:
               description: Requests meeting every SLO threshold / duration_s (null without an SLO).

@@ -177,13 +177,18 @@ options:
     type: dict
 attributes:
   check_mode:
+    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: In check mode the module only reports what it would wait for.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: none
+    details: It waits and reports (changed is always false); it changes nothing it could show a diff of.
   platform:
+    description: Target OS/families that can be operated against.
+    support: full
     platforms: posix
-author: sglang-layouts contributors
+author: sglang-layouts maintainers (@sglang-layouts)
 """
 
 EXAMPLES = r"""
@@ -280,7 +285,7 @@ def _own_active(module, units) -> bool:
     for unit in units:
         if p["manager"] == "systemd":
             systemctl = module.get_bin_path("systemctl", required=True)
-            rc, _, _ = module.run_command([systemctl, "is-active", "--quiet", unit])
+            rc, _out, _err = module.run_command([systemctl, "is-active", "--quiet", unit])
             if rc == 0:
                 return True
         elif p["run_dir"] and supervisor.status(p["run_dir"], unit)["running"]:

@@ -32,7 +32,7 @@ options:
   user:
     description: The service user the probe runs as when Ansible is root (ignored otherwise, or when it does not exist yet).
     type: str
-author: sglang-layouts
+author: sglang-layouts maintainers (@sglang-layouts)
 """
 
 EXAMPLES = r"""

@@ -17,7 +17,7 @@ description:
   - C(state=latest) points C(<results_dir>/latest) at O(run_id) (symlink swapped in atomically).
   - Run it on the controller (delegate the task to localhost).
 version_added: "0.1.0"
-author: sglang-layouts contributors
+author: sglang-layouts maintainers (@sglang-layouts)
 options:
   results_dir:
     description: The results folder on the controller.
@@ -98,11 +98,16 @@ options:
     type: dict
 attributes:
   check_mode:
+    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: In check mode nothing is written; the path the record would get is returned.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: none
+    details: A record is a new file, never an edit of one; the module returns the record instead.
   platform:
+    description: Target OS/families that can be operated against.
+    support: full
     platforms: posix
 """
 

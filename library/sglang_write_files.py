@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: sglang-layouts contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Write several small text files in one module call (plan JSON, unit previews)."""
 
 from __future__ import annotations
@@ -35,10 +37,18 @@ options:
     type: str
 attributes:
   check_mode:
+    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
+    details: In check mode nothing is written, created or removed; written and removed list what would be.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: full
-author: sglang-layouts
+    details: Each written file's old and new content, and each pruned file's old content.
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
+author: sglang-layouts maintainers (@sglang-layouts)
 """
 
 EXAMPLES = r"""

@@ -69,7 +69,7 @@ class SimCost:
 def from_plan(layout_plan: dict, hardware: dict) -> SimCost:
     """The simulated timing of the planner's layout plan on the simulated hardware."""
     hw = {**hardware, "gpu_name": hardware.get("gpu_name") or DEFAULT_GPU_NAME}
-    model, _ = model_for(layout_plan, hw)
+    model, _why = model_for(layout_plan, hw)
     fixed = env_float("SGLANG_SIM_DECODE_STEP_MS", None)
     per_token = env_float("SGLANG_SIM_PREFILL_MS_PER_TOKEN", None)
     return SimCost(

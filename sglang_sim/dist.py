@@ -34,10 +34,10 @@ def split_addr(addr: str | None, default_port: int = 50000) -> tuple[str, int]:
     if not addr:
         return "127.0.0.1", default_port
     if addr.startswith("["):  # [v6]:port
-        host, _, rest = addr[1:].partition("]")
+        host, _bracket, rest = addr[1:].partition("]")
         port = rest.removeprefix(":")
     elif addr.count(":") == 1:
-        host, _, port = addr.partition(":")
+        host, _colon, port = addr.partition(":")
     else:  # a bare name, or a bare IPv6 address
         host, port = addr, ""
     return host or "127.0.0.1", int(port) if port else default_port

@@ -37,7 +37,7 @@ def stack(table: str) -> str:
     a table reads like the traceback it prints, and every stack shares this one formatter."""
     out = []
     for row in table.strip().splitlines():
-        where, _, code = row.partition("|")
+        where, _bar, code = row.partition("|")
         path_line, func = where.split()
         path, line = path_line.rsplit(":", 1)
         out.append(_frame(path, int(line), func, code.strip()))

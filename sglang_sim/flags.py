@@ -56,8 +56,8 @@ SEED_FLAGS: list[tuple[tuple[str, ...], str, str, object]] = [
 ]
 
 # Types of the flags the simulator acts on, for the generated (full) flag list.
-TYPES = {dest: kind for _, dest, kind, _ in SEED_FLAGS}
-DEFAULTS = {dest: default for _, dest, _, default in SEED_FLAGS}
+TYPES = {dest: kind for _opts, dest, kind, _default in SEED_FLAGS}
+DEFAULTS = {dest: default for _opts, dest, _kind, default in SEED_FLAGS}
 
 # The simulator's own flags (documented in README.md); SGLang has none of these.
 SIM_FLAGS: list[tuple[tuple[str, ...], str, str, object]] = [

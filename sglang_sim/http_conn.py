@@ -115,7 +115,7 @@ class Conn(asyncio.BufferedProtocol):
                 return
             headers = {}
             for line in lines[1:]:
-                k, _, v = line.partition(":")
+                k, _colon, v = line.partition(":")
                 headers[k.strip().lower()] = v.strip()
             if "chunked" in headers.get("transfer-encoding", "").lower():
                 self._bad(411)

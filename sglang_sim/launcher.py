@@ -116,7 +116,7 @@ class SimProcess:
     @property
     def text(self) -> str:
         with self._cond:
-            return "\n".join(line for _, line in self.lines)
+            return "\n".join(line for _t, line in self.lines)
 
     def wait_for_line(self, needle: str, timeout: float = HANG_S) -> tuple[float, str]:
         """(monotonic time it was read, line) of the first line containing needle."""
@@ -136,7 +136,7 @@ class SimProcess:
                 self._cond.wait(min(left, 0.1))
 
     def text_unlocked(self) -> str:
-        return "\n".join(line for _, line in self.lines)
+        return "\n".join(line for _t, line in self.lines)
 
     def wait_ready(self, timeout: float = HANG_S) -> None:
         self.wait_for_line("The server is fired up and ready to roll!", timeout)

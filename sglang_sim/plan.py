@@ -81,7 +81,7 @@ def cluster_from_args(args, planner) -> dict | None:
     normalize = getattr(planner, "normalize_cluster", None)
     if normalize is None or args.nnodes <= 1:
         return None
-    host, _, port = (args.dist_init_addr or "127.0.0.1:50000").rpartition(":")
+    host, _colon, port = (args.dist_init_addr or "127.0.0.1:50000").rpartition(":")
     hosts = [f"node{i}" for i in range(args.nnodes)]
     cluster = {
         "group": "sim",

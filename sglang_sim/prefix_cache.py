@@ -32,8 +32,8 @@ class PrefixCache:
         return cached
 
     def hit_rate(self) -> float:
-        total = sum(n for _, n in self.recent)
-        return sum(c for c, _ in self.recent) / total if total else 0.0
+        total = sum(n for _cached, n in self.recent)
+        return sum(c for c, _n in self.recent) / total if total else 0.0
 
     def flush(self) -> None:
         self.blocks.clear()

@@ -43,7 +43,7 @@ def parse_faults(spec: str | None) -> dict:
         part = part.strip()
         if not part:
             continue
-        name, _, value = part.partition(":")
+        name, _colon, value = part.partition(":")
         if name not in (
             "crash_after",
             "hang_after",

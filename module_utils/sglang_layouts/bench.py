@@ -494,9 +494,11 @@ async def run_level(cfg, spec, index, progress=None, keep_requests=False, attemp
         n = len(offsets)
     keep_alive = cfg["connection"] == "keep_alive"
     if rate is None:
-        clients = [Client(endpoint, keep_alive) for _ in range(min(concurrency, n))]
+        clients = [Client(endpoint, keep_alive) for _stream in range(min(concurrency, n))]
     else:
-        clients = [Client(endpoint, keep_alive) for _ in range(min(concurrency or n, n, RATE_POOL_PREOPEN))]
+        clients = [
+            Client(endpoint, keep_alive) for _stream in range(min(concurrency or n, n, RATE_POOL_PREOPEN))
+        ]
     # The level's own warm-up: `warmup` requests per stream, every stream at once, so the server meets the
     # batch the level makes before the measurement does (level_warmup false: `warmup` requests in all).
     n_warm = 0 if attempt > 1 else cfg["warmup"] * (len(clients) if cfg.get("level_warmup") else 1)
@@ -555,7 +557,7 @@ async def run_level(cfg, spec, index, progress=None, keep_requests=False, attemp
     start = min(r["t_start"] for r in raws)
     end = max(r["t_end"] for r in raws)
     results = [analyse(cfg["api"], r) for r in raws]
-    for r, (_, out) in zip(results, work):  # noqa: B905
+    for r, (_prompt, out) in zip(results, work):  # noqa: B905
         r["asked_output_len"] = out
     level = summarize_level(cfg, concurrency, results, end - start, n, rate=rate)
     level["progress_gap_ms"], level["progress_gap_at_s"] = progress_gap(results)
@@ -852,7 +854,7 @@ def discover(cfg, api_key=None):
 
 def check_reachable(cfg, api_key=None):
     try:
-        status, _ = http_json(cfg["url"] + "/health", api_key=api_key, timeout=30)
+        status, _body = http_json(cfg["url"] + "/health", api_key=api_key, timeout=30)
     except (OSError, urllib.error.URLError) as exc:
         raise BenchError(f"server at {cfg['url']} is not reachable: {exc}") from exc
     if status != 200:
@@ -901,7 +903,7 @@ def level_server_died(cfg, level, api_key=None, timeout=5.0):
     if not level.get("failed"):
         return None
     try:
-        status, _ = http_json(cfg["url"] + "/health", api_key=api_key, timeout=timeout)
+        status, _body = http_json(cfg["url"] + "/health", api_key=api_key, timeout=timeout)
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         hung = isinstance(reason, TimeoutError) or "timed out" in str(reason)

@@ -93,7 +93,7 @@ class _Response:
         parts = lines[0].split(" ", 2)
         self.status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
         for line in lines[1:]:
-            k, _, v = line.partition(":")
+            k, _colon, v = line.partition(":")
             self.headers[k.strip().lower()] = v.strip()
         self.keep_alive = (
             lines[0].startswith("HTTP/1.1") and self.headers.get("connection", "").lower() != "close"
@@ -287,10 +287,12 @@ class Client:
         loop = asyncio.get_running_loop()
         ep = self.endpoint
         if ep.ssl is not None:
-            _, conn = await loop.create_connection(lambda: _Conn(response), ep.host, ep.port, ssl=ep.ssl)
+            _transport, conn = await loop.create_connection(
+                lambda: _Conn(response), ep.host, ep.port, ssl=ep.ssl
+            )
             conn.transport.write(request)
             return conn
-        family, type_, proto, _, addr = ep.resolve()
+        family, type_, proto, _canonname, addr = ep.resolve()
         sock = socket.socket(family, type_, proto)
         try:
             sock.setblocking(False)
@@ -300,7 +302,7 @@ class Client:
                 sent = sock.send(request)
             except BlockingIOError:
                 sent = 0
-            _, conn = await loop.create_connection(lambda: _Conn(response), sock=sock)
+            _transport, conn = await loop.create_connection(lambda: _Conn(response), sock=sock)
         except BaseException:
             sock.close()
             raise
@@ -314,17 +316,17 @@ class Client:
         ep = self.endpoint
         try:
             if ep.ssl is not None:
-                _, self.conn = await asyncio.wait_for(
+                _transport, self.conn = await asyncio.wait_for(
                     loop.create_connection(_Conn, ep.host, ep.port, ssl=ep.ssl), timeout
                 )
                 return
-            family, type_, proto, _, addr = ep.resolve()
+            family, type_, proto, _canonname, addr = ep.resolve()
             sock = socket.socket(family, type_, proto)
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
                 await asyncio.wait_for(loop.sock_connect(sock, addr), timeout)
-                _, self.conn = await loop.create_connection(_Conn, sock=sock)
+                _transport, self.conn = await loop.create_connection(_Conn, sock=sock)
             except BaseException:
                 sock.close()
                 raise

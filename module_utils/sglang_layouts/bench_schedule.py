@@ -148,9 +148,9 @@ def bench_serving_dataset_draws(rng, dataset, num_prompts, vocab_size):
         return
     ratio = ds.get("range_ratio", 1.0) if ds["name"] == "random-range" else 1.0
     for full_len in (ds["input_len"], ds["output_len"]):
-        for _ in range(num_prompts):
+        for _prompt in range(num_prompts):
             rng.randint(max(int(full_len * ratio), 1), full_len + 1)
-    for _ in range(num_prompts):
+    for _prompt in range(num_prompts):
         rng.randint(0, vocab_size)
 
 
@@ -166,7 +166,7 @@ def bench_serving_gaps(rate, burstiness, seed, num_prompts, dataset=None, vocab_
     rng = NumpyLegacyRandom(seed)
     bench_serving_dataset_draws(rng, dataset, num_prompts, vocab_size)
     theta = 1.0 / (rate * burstiness)
-    return [rng.gamma(burstiness, theta) for _ in range(num_prompts - 1)]
+    return [rng.gamma(burstiness, theta) for _gap in range(num_prompts - 1)]
 
 
 def bench_serving_offsets(rate, burstiness, seed, num_prompts, dataset=None, vocab_size=32000):
@@ -192,7 +192,7 @@ def vllm_delays(rate, burstiness, seed, num_prompts):
         return [0.0] * num_prompts
     rng = NumpyLegacyRandom(seed)
     theta = 1.0 / (rate * burstiness)
-    delays = [rng.gamma(burstiness, theta) for _ in range(num_prompts)]
+    delays = [rng.gamma(burstiness, theta) for _gap in range(num_prompts)]
     for i in range(1, len(delays)):
         delays[i] += delays[i - 1]
     if delays and delays[-1] != 0:

@@ -152,7 +152,7 @@ def sustained_bracket(levels):
 
 
 def max_met_rate(levels):
-    lo, _, _ = sustained_bracket(levels)
+    lo, _hi, _met_above = sustained_bracket(levels)
     return rate_json(lo)
 
 
@@ -164,7 +164,7 @@ def slo_search(cfg, levels, run, progress=None, keep_going=None):
     Returns {"slo_max_rate", "bracket", "steps": [rates], "stopped", "met_above_bracket"}; the new
     levels are appended to levels."""
     search = cfg["slo"]["search"]
-    lo, hi, _ = sustained_bracket(levels)
+    lo, hi, _met_above = sustained_bracket(levels)
     tried, stopped = [], "steps"
     for step in range(1, search["steps"] + 1):
         if hi is None:

@@ -77,7 +77,7 @@ def server_sample(parsed):
         values = None
         for name in names:
             if name in parsed:
-                values = [v for _, v in parsed[name] if not math.isnan(v)]
+                values = [v for _labels, v in parsed[name] if not math.isnan(v)]
                 break
         if not values:
             sample[key] = None
@@ -254,7 +254,7 @@ def pd_counters(urls, api_key=None, timeout=10.0):
                 "export one; the level's TTFT is not split"
             )
         for key, name in PD_COUNTERS.items():
-            total[key] += sum(v for _, v in parsed[name] if not math.isnan(v))
+            total[key] += sum(v for _labels, v in parsed[name] if not math.isnan(v))
     return total, None
 
 

@@ -106,7 +106,7 @@ def load_sharegpt(path, max_conversations=None):
 
 
 def make_prompt(rng, input_len, vocab_size):
-    return [rng.randrange(100, max(vocab_size, 101)) for _ in range(input_len)]
+    return [rng.randrange(100, max(vocab_size, 101)) for _token in range(input_len)]
 
 
 _WORDS = tuple(
@@ -171,7 +171,7 @@ def make_workload(cfg, rng, n):
             for g in range(ds["num_groups"])
         ]
         return [(prefixes[i % len(prefixes)] + make_prompt(rng, in_len, vocab), out_len) for i in range(n)]
-    for _ in range(n):
+    for _request in range(n):
         if name == "random-range":
             ratio = ds["range_ratio"]
             a = rng.randint(max(int(in_len * ratio), 1), in_len)

@@ -33,7 +33,7 @@ def probe(base_url: str, api_key=None, timeout=5.0) -> str:
 
     vLLM answers 503 only when its engine core is dead; it exits right after, which decides."""
     try:
-        code, _ = _request(base_url + "/health", api_key=api_key, timeout=timeout)
+        code, _body = _request(base_url + "/health", api_key=api_key, timeout=timeout)
     except (ConnectionError, urllib.error.URLError, OSError):
         return "loading"
     return "ready" if code == 200 else "warming"

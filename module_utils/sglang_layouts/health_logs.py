@@ -15,7 +15,7 @@ import subprocess
 
 def _run_lines(cmd: list[str]) -> list[str] | None:
     try:
-        out = subprocess.run(cmd, capture_output=True, timeout=10)
+        out = subprocess.run(cmd, capture_output=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.decode("utf-8", "replace").splitlines()
@@ -146,7 +146,7 @@ class JournalFollower:
 def journal_cursor(journalctl="journalctl") -> str | None:
     """The cursor of the newest journal entry (start following after it)."""
     out = subprocess.run(
-        [journalctl, "-n", "0", "--show-cursor", "--no-pager"], capture_output=True, text=True
+        [journalctl, "-n", "0", "--show-cursor", "--no-pager"], capture_output=True, text=True, check=False
     )
     for line in out.stdout.splitlines():
         if line.startswith("-- cursor: "):

@@ -115,7 +115,7 @@ def import_problems(
     if proc.returncode == 0:
         return []
     lines = (proc.stdout or "").strip().splitlines()
-    module, _, why = lines[-1].partition("\t") if lines else ("", "", "")
+    module, _tab, why = lines[-1].partition("\t") if lines else ("", "", "")
     if not why:
         tail = (proc.stderr or proc.stdout or "no output").strip().splitlines()[-1:]
         return [

@@ -33,7 +33,7 @@ class ProcState:
 
 def systemd_state(unit: str, systemctl="systemctl") -> ProcState:
     props = "ActiveState,SubState,Result,MainPID,ExecMainCode,ExecMainStatus,InvocationID,ExecMainStartTimestampMonotonic"
-    out = subprocess.run([systemctl, "show", unit, "-p", props], capture_output=True, text=True)
+    out = subprocess.run([systemctl, "show", unit, "-p", props], capture_output=True, text=True, check=False)
     d = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
     active = d.get("ActiveState", "")
     # "activating (auto-restart)" is a dead process waiting for Restart=: not alive.

@@ -102,7 +102,7 @@ def run_python(python: str, args, env: dict, user: str | None = None, timeout: f
             pw = None
         if pw is not None:
             as_user = user
-            gids = sorted({g for g in os.getgrouplist(user, pw.pw_gid)})
+            gids = sorted(set(os.getgrouplist(user, pw.pw_gid)))
             kwargs = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": gids}
             env.setdefault("HOME", pw.pw_dir)
     env.setdefault("HOME", os.environ.get("HOME", "/"))

@@ -75,7 +75,7 @@ def stage_bytes(
     Under SGLang each stage also holds the rotary cos/sin cache (model.rope_cache_bytes), and
     gpt-oss's MXFP4 experts take the shape SGLang's MoE path gives them (mxfp4_moe_path)."""
     ranges = pp_layer_ranges(spec.num_layers, par["pp"], par.get("pp_layer_partition"))
-    stages: list[dict[str, float]] = [{} for _ in ranges]
+    stages: list[dict[str, float]] = [{} for _stage in ranges]
     path = mxfp4_moe_path(spec, par, engine, gpu_name)
     for t in spec.tensors:
         if path and t.component == "routed_experts":

@@ -410,7 +410,7 @@ def _quantization(qc: dict | None, torch_dtype: str) -> Quantization:
             raise PlanError(f"{method} with {bits}-bit weights is not supported yet (supported: 4-bit)")
         group = _int(qc.get("group_size") or qc.get("q_group_size") or 128, "group_size")
         ignore = _ignore_list(qc, "modules_to_not_convert")
-        return Quantization(method.split("_")[0], 4, None, group, ignore, param_bytes, method)
+        return Quantization(method.split("_", maxsplit=1)[0], 4, None, group, ignore, param_bytes, method)
     raise PlanError(
         f"quantization {method or None!r} is not supported yet. Supported quantization: {SUPPORTED_QUANTIZATION}. "
         "Serve an unquantized or a supported checkpoint, or plan with its safetensors on the controller."

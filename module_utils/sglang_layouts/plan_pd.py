@@ -104,7 +104,7 @@ def _blocks(pd: dict, par_gpus: dict, hosts: list, gpu_count: int) -> tuple[dict
             cursor = (0, 0)
         need = par_gpus[role]
         placed = []
-        for _ in range(r["replicas"]):
+        for _replica in range(r["replicas"]):
             if r["gpus"] is not None:
                 placed.append((0, list(r["gpus"])))
                 continue

@@ -280,14 +280,14 @@ def pd_gpu_problems(pd: dict, placed: dict, roles: dict, hosts: list, gpu_memory
         if len(who) < 2:
             continue
         names = " and ".join(f"{role} {index}" for role, index in who)
-        if not pd["share_gpus"] or len({role for role, _ in who}) < len(who):
+        if not pd["share_gpus"] or len({role for role, _index in who}) < len(who):
             out.append(
                 f"GPU {gpu} of {hosts[host_i]} is used by {names}: the servers of a pd layout get GPUs of "
                 "their own; give the roles other gpus:, or set pd.share_gpus: true to let prefill and "
                 "decode share them."
             )
             break
-        fractions = {role: float(roles[role]["mem_fraction_static"]) for role, _ in who}
+        fractions = {role: float(roles[role]["mem_fraction_static"]) for role, _index in who}
         if not all(0 < f < 1 for f in fractions.values()):
             continue  # each role's own plan refuses a fraction outside (0, 1)
         outside = gpu_memory_gib

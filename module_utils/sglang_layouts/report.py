@@ -292,7 +292,7 @@ def _fmt(v, key=None):
 
 def to_csv(table):
     buf = io.StringIO()
-    keys = [k for k, _ in COLUMNS] + [
+    keys = [k for k, _header in COLUMNS] + [
         "peak_request_rate",
         "slo_goodput_req_s",
         "replicas",
@@ -397,11 +397,11 @@ def to_markdown(run_id, table, win, plots=(), reference=None):
         if k not in ("host", "simulated", "dummy_weights") or (k == "host" and multi_host)
     ]
     cols = [(k, h) for k, h in cols if k not in OPTIONAL_COLUMNS or any(r.get(k) is not None for r in table)]
-    lines.append("| " + " | ".join(h for _, h in cols) + " |")
-    lines.append("|" + "|".join("---" for _ in cols) + "|")
+    lines.append("| " + " | ".join(h for _key, h in cols) + " |")
+    lines.append("|" + "|".join("---" for _col in cols) + "|")
     for r in table:
         cells = []
-        for k, _ in cols:
+        for k, _header in cols:
             if k == "layout":
                 replicas = f" ({r['replicas']} replicas, router)" if (r.get("replicas") or 1) > 1 else ""
                 cells.append(f"{r['layout']}{replicas}{_engine_tag(r, multi_engine)}")

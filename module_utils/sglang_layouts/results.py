@@ -294,7 +294,7 @@ def _write_record(results_dir, record, folder, run_id, host, layout):
     os.makedirs(folder, exist_ok=True)
     existing = attempts(results_dir, run_id, host, layout)
     attempt = (existing[-1] + 1) if existing else 1
-    for _ in range(1000):
+    for _try in range(1000):
         record = dict(record, attempt=attempt)
         data = json.dumps(record, indent=2, sort_keys=True, default=str) + "\n"
         path = record_path(results_dir, run_id, host, layout, attempt)

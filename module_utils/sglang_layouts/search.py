@@ -369,7 +369,7 @@ class Predictor:
 
         key = prediction_key(plan, self.hardware, self.bench)
         if key not in self.cache:
-            speed, _ = (predict_pd if plan.get("pd") else predict_speed)(plan, self.hardware, self.bench)
+            speed, _why = (predict_pd if plan.get("pd") else predict_speed)(plan, self.hardware, self.bench)
             if speed:
                 speed["hardware"] = {
                     k: self.hardware.get(k)

@@ -6,7 +6,8 @@ squared log ratio of measured to predicted output tok/s over every level (and th
 speed) of every layout measured on the host so far; coordinate descent, golden-section per factor.
 The observed error is exp(RMS log ratio) - 1 after the fit. The top_k best (re-ranked after each
 refit) are measured; past them the sweep stops when the budget is spent, or when no unmeasured
-candidate's calibrated prediction beats the best measured value by more than that error. Pure: records and plans in, decisions out; the playbook only loops (tasks/search_step.yml).
+candidate's calibrated prediction beats the best measured value by more than that error. Pure: records
+and plans in, decisions out; the playbook only loops (tasks/search_step.yml).
 
 Candidates over several hosts (nnodes > 1, replicas on several hosts) need every node at once: each
 host's own loop leaves them, and a second loop (tasks/search_nodes_step.yml) measures them after,
@@ -38,7 +39,7 @@ MEASURED = ("ok", "degraded")
 def constants_for(scales: dict[str, float]) -> dict[str, float]:
     """speed.py's constants under the scale factors (the table's own values times each scale)."""
     out = {}
-    for factor, (names, _) in FACTORS.items():
+    for factor, (names, _bounds) in FACTORS.items():
         s = float(scales.get(factor, 1.0))
         for name in names:
             out[name] = speed.CONSTANTS[name][0] * s
@@ -81,7 +82,7 @@ def _points(rec: dict) -> list[tuple[str, float]]:
 
 def _workload(rec: dict) -> dict | None:
     sp = (rec.get("prediction") or {}).get("speed") or {}
-    concs = sorted({int(w) for w, _ in _points(rec) if w != "single"}) or [1]
+    concs = sorted({int(w) for w, _measured in _points(rec) if w != "single"}) or [1]
     if not sp.get("input_len"):
         return None
     return {"concurrency": concs, "input_len": sp["input_len"], "output_len": sp["output_len"]}
@@ -144,8 +145,8 @@ def refit(records: list[dict]) -> dict:
         }
     best = _loss(before)
     phi = (math.sqrt(5) - 1) / 2
-    for _ in range(PASSES):
-        for factor, (_, (lo, hi)) in FACTORS.items():
+    for _pass in range(PASSES):
+        for factor, (_names, (lo, hi)) in FACTORS.items():
 
             def f(x, factor=factor):
                 trial = {**scales, factor: math.exp(x)}
@@ -154,7 +155,7 @@ def refit(records: list[dict]) -> dict:
             a, b = math.log(lo), math.log(hi)
             c, d = b - phi * (b - a), a + phi * (b - a)
             fc, fd = f(c), f(d)
-            for _ in range(GOLDEN_STEPS):
+            for _step in range(GOLDEN_STEPS):
                 if fc < fd:
                     b, d, fd = d, c, fc
                     c = b - phi * (b - a)

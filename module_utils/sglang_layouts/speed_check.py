@@ -128,7 +128,7 @@ def predict_again(rec: dict, workload: dict) -> dict | None:
     if not hardware or not pred.get("cost"):
         return None
     layout = {**pred, "argv": rec.get("argv") or [], "dummy_weights": bool(rec.get("dummy_weights"))}
-    out, _ = predict(layout, hardware, workload)
+    out, _why = predict(layout, hardware, workload)
     return out
 
 
