@@ -1,5 +1,6 @@
 # sglang-layouts: every entry point a user or CI needs.
-# `make` builds .venv/ from requirements.txt on first use (and when the pins change).
+# `make` builds .venv/ from requirements.txt (every transitive version held by constraints.txt) on first use
+# (and when the pins change).
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -42,9 +43,9 @@ help: ## list the targets
 # ci/stage.sh times each stage of `make test` (its summary ends the run).
 STAGE := ci/stage.sh
 
-$(STAMP): requirements.txt ci/collections.sh
+$(STAMP): requirements.txt constraints.txt ci/collections.sh
 	$(STAGE) venv bash -c 'set -e; test -x $(PY) || python3 -m venv $(VENV); \
-	  $(PY) -m pip install -q --disable-pip-version-check -r requirements.txt; ci/collections.sh $(PY) $(COLLECTIONS)'
+	  $(PY) -m pip install -q --disable-pip-version-check -r requirements.txt -c constraints.txt; ci/collections.sh $(PY) $(COLLECTIONS)'
 	touch $@
 
 venv: $(STAMP) ## create or refresh .venv/ from the pins
