@@ -170,7 +170,23 @@ VLLM = Engine(
 SIM = replace(SGLANG, simulated=True, unit_module="sglang_sim", jit_tools=())
 
 SIM_NAME = "sim"  # how the inventory (sglang_engine) and the records name the simulator
+
 ENGINES = {SGLANG.name: SGLANG, SIM_NAME: SIM, VLLM.name: VLLM}
+
+
+def simulated_host_env(hardware: dict, sglang_version: str | None) -> dict[str, str]:
+    """The host the simulator acts, as its SGLANG_SIM_* environment: the planner's own hardware and
+    SGLang version, so a simulated layout runs on what it was planned for."""
+    env = {
+        "SGLANG_SIM_GPUS": str(hardware["gpu_count"]),
+        "SGLANG_SIM_GPU_MEMORY_GIB": str(hardware["gpu_memory_gib"]),
+        "SGLANG_SIM_INTERCONNECT": str(hardware.get("gpu_interconnect") or "pcie"),
+        "SGLANG_SIM_GPU_NAME": str(hardware.get("gpu_name") or ""),
+        "SGLANG_SIM_SGLANG_VERSION": str(sglang_version or ""),
+    }
+    if hardware.get("gpu_memory_bandwidth_gbs"):
+        env["SGLANG_SIM_GPU_BANDWIDTH_GBS"] = str(hardware["gpu_memory_bandwidth_gbs"])
+    return env
 
 
 def engine_of_unit(unit: str | None) -> str:

@@ -242,9 +242,9 @@ def plan_layout(
     flags = render_argv(spec, lay, par, eff, args, plan["port"], eng, flag_table)
     plan["flags"] = flags
     plan["argv"] = [*eng.launcher, *flags]
-    plan["env"] = render_env(lay, gpu_ids, hardware)
+    plan["env"] = render_env(lay, gpu_ids, hardware, engine_name, sglang_version)
     if par["replicas"] > 1 and not reasons:
-        _place_replicas(plan, spec, lay, par, eff, args, hardware, cluster, eng, flag_table)
+        _place_replicas(plan, spec, lay, par, eff, args, hardware, cluster, eng, flag_table, sglang_version)
         plan_validate.check_replica_reach(plan, str(eff["host"]))
     plan_validate.check_layout_ports(plan, lay["port"] is not None)
     # Secret values never enter the plan: the role reads them from the inputs (layout_secret_env)
@@ -386,7 +386,9 @@ def _fixed_kv_gib(eng: Engine, args: dict, env: dict) -> float | None:
 ROUTER_LAUNCHER = ("python3", "-m", "sglang_router.launch_router")
 
 
-def _place_replicas(plan, spec, lay, par, serving, args, hardware, cluster, eng, flag_table) -> None:
+def _place_replicas(
+    plan, spec, lay, par, serving, args, hardware, cluster, eng, flag_table, sglang_version
+) -> None:
     """Replicas fill each host of the group in GPU blocks, then the next host; a router fronts them.
 
     The layout's port is the router's; replica r listens on port + 1 + r.
@@ -425,7 +427,7 @@ def _place_replicas(plan, spec, lay, par, serving, args, hardware, cluster, eng,
             "port": port,
             "unit_name": unit_name(spec.name, f"{name}-r{r}", eng.unit_prefix),
             "flags": render_argv(spec, lay, par, serving, args, port, eng, flag_table),
-            "env": render_env(lay, gpus, hardware),
+            "env": render_env(lay, gpus, hardware, plan["engine"], sglang_version),
         }
         entry["url"] = (
             f"http://{entry['address'] if entry['host'] != cluster['host'] else '127.0.0.1'}:{port}"

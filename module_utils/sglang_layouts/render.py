@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from .engines import SGLANG, VLLM
+from .engines import SGLANG, VLLM, is_simulated, simulated_host_env
 
 # The seed's Environment lines for a PCIe-only box: no InfiniBand on one host,
 # P2P across the PCIe tree, ring all-reduce. Nothing is forced on NVLink hosts.
@@ -175,12 +175,20 @@ def _vllm_argv(
 ARGV_BUILDERS = {"sglang": _sglang_argv, "vllm": _vllm_argv}
 
 
-def render_env(lay: dict, gpu_ids: list[int], hardware: dict) -> dict[str, str]:
+def render_env(
+    lay: dict,
+    gpu_ids: list[int],
+    hardware: dict,
+    engine: str = SGLANG.name,
+    sglang_version: str | None = None,
+) -> dict[str, str]:
     env: dict[str, str] = {}
     if gpu_ids:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpu_ids)
     if hardware.get("gpu_interconnect") != "nvlink":
         env.update(PCIE_ENV)
     env.update(COMMON_ENV)
+    if is_simulated(engine):
+        env.update(simulated_host_env(hardware, sglang_version))
     env.update(lay.get("env") or {})
     return env

@@ -61,7 +61,8 @@ def unit_spec(lp: dict, unit: dict, ctx: dict, secret_env: dict | None = None) -
         env.update(_plain_env(ctx.get("extra_env"), ctx.get("secret_names")))
         env.update(_plain_env(unit.get("env"), ctx.get("secret_names")))
         if sim:
-            env.update(ctx.get("sim_env") or {})
+            # the simulator's code, staged by the role; the host it acts is in the plan's env
+            env["PYTHONPATH"] = str(ctx["sim_dir"])
     return {
         "engine": engine,
         "engine_facts": facts,

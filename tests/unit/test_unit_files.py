@@ -23,7 +23,7 @@ CTX = {
     "cuda_home": "/usr/local/cuda",
     "extra_path": [],
     "sim_python": "/usr/bin/python3",
-    "sim_env": {"PYTHONPATH": "/opt/sim", "SGLANG_SIM_GPUS": "8"},
+    "sim_dir": "/opt/sim",
     "router_venv": "/opt/router",
     "redact_path": "/usr/local/bin/sglang-redact",
     "config_dir": "/etc/sglang",
@@ -56,6 +56,7 @@ def plan(repo):
                 {"name": "tp8", "tp": 8},
                 {"name": "tp4x2", "tp": 4, "replicas": 2},
                 {"name": "vl8", "tp": 8, "engine": "vllm"},
+                {"name": "sim8", "tp": 8, "engine": "sim"},
             ],
             "hardware": SEED_BOX,
             "serving": DEMO_SERVING,
@@ -75,13 +76,28 @@ def test_a_simulated_server_runs_the_simulator_with_the_planners_flags(plan):
     assert spec["argv"][:3] == ["/usr/bin/python3", "-m", "sglang_sim"]
     assert spec["argv"][3:] == units[0]["argv"][3:]  # the planner's flags, unchanged
     assert spec["unit_argv"] == spec["argv"] and spec["key_argv"] == []
-    # the secret variable stays out of Environment=, the simulator's own variables join
+    # the secret variable stays out of Environment=; the simulator's code is on its PYTHONPATH
     assert (
         spec["env"]["FOO"] == "bar"
         and "HF_TOKEN" not in spec["env"]
-        and spec["env"]["SGLANG_SIM_GPUS"] == "8"
+        and spec["env"]["PYTHONPATH"] == "/opt/sim"
     )
     assert "PATH" not in spec["env"] and not spec["env_file_needed"]
+
+
+def test_the_simulated_host_is_the_planned_one(plan):
+    """The simulator acts the hardware and SGLang version the layout was planned for: the planner
+    puts them in the unit's environment, a real engine's unit has none of them."""
+    lp, units = _pairs(plan, "sim8")
+    spec = unit_files.unit_spec(lp, units[0], CTX)
+    hw = plan["hardware"]
+    assert spec["env"]["SGLANG_SIM_GPUS"] == str(hw["gpu_count"])
+    assert float(spec["env"]["SGLANG_SIM_GPU_MEMORY_GIB"]) == hw["gpu_memory_gib"]
+    assert spec["env"]["SGLANG_SIM_INTERCONNECT"] == hw["gpu_interconnect"]
+    assert units[0]["env"]["SGLANG_SIM_GPUS"] == spec["env"]["SGLANG_SIM_GPUS"]  # shown by make plan
+    real, real_units = _pairs(plan, "tp8")
+    assert not any(k.startswith("SGLANG_SIM_") for k in real["env"])
+    assert not any(k.startswith("SGLANG_SIM_") for u in real_units for k in u["env"])
 
 
 def test_a_real_engine_with_a_key_runs_behind_the_redactor_and_reads_its_config(plan):
