@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "module_utils"), str(REPO)]
 
 import sim_oracle  # noqa: E402
-from sglang_layouts import bench, bench_client, bench_common  # noqa: E402
+from sglang_layouts.bench import client, common, loadgen  # noqa: E402
 
 TTFT_TARGET_MS = 1.0
 ITL_TARGET_MS = 1.0
@@ -68,11 +68,11 @@ def compare_with_schedule(level, schedule):
     return {
         # nan where no stream ran a second request (num_prompts <= concurrency)
         "reissue_lag_ms_median": statistics.median(reissue) if reissue else float("nan"),
-        "reissue_lag_ms_p99": bench_common.percentile(reissue, 99) if reissue else float("nan"),
+        "reissue_lag_ms_p99": common.percentile(reissue, 99) if reissue else float("nan"),
         "matched": matched,
         "ttft_abs_diff_ms_median": statistics.median(d_ttft) if d_ttft else None,
         "itl_abs_diff_ms_median": statistics.median(d_itl) if d_itl else None,
-        "itl_abs_diff_ms_p99": bench_common.percentile(d_itl, 99) if d_itl else None,
+        "itl_abs_diff_ms_p99": common.percentile(d_itl, 99) if d_itl else None,
         "itl_gaps_compared": len(d_itl),
         "request_delivery_ms_median": statistics.median(req_delivery) if req_delivery else None,
         "first_token_delivery_ms_median": statistics.median(tok_delivery) if tok_delivery else None,
@@ -104,7 +104,7 @@ def main(argv=None):
             log,
         ),
     ):
-        cfg = bench.make_config(
+        cfg = loadgen.make_config(
             url,
             concurrency=[args.concurrency],
             num_prompts=args.num_prompts,
@@ -113,10 +113,10 @@ def main(argv=None):
             warmup=1,
             rid_prefix="bench-client",
         )
-        bench_client.http_json(url + "/sim/stats?reset=1")
-        ours = bench.run_benchmark(cfg, keep_requests=True)
+        client.http_json(url + "/sim/stats?reset=1")
+        ours = loadgen.run_benchmark(cfg, keep_requests=True)
         level = ours["levels"][0]
-        _, sim_stats = bench_client.http_json(url + "/sim/stats?reset=1")
+        _, sim_stats = client.http_json(url + "/sim/stats?reset=1")
         time.sleep(0.5)
         cmp_ = compare_with_schedule(level, sim_oracle.read_schedule(log))
         theirs = None

@@ -4,7 +4,7 @@
 `make bench-health-replay` (benchmarks/bench_health.py --replay): the real SGLang logs instead.
 
 Each run starts the simulated engine (sglang_sim, SGLang's log lines and exit paths) under the
-process supervisor (module_utils/sglang_layouts/supervisor.py) with a fault, and runs the same
+process supervisor (module_utils/sglang_layouts/serve/supervisor.py) with a fault, and runs the same
 gate as library/sglang_health.py (health.wait_ready, poll 0.2 s, grace 30 s) on its log file.
 An independent watcher polls the log file and the process group every 5 ms and records the
 first moment the fatal line is on disk or the process has exited, and the last moment a
@@ -45,7 +45,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "module_utils"))
 
-from sglang_layouts import health, logclass, supervisor  # noqa: E402
+from sglang_layouts.gate import health, logclass  # noqa: E402
+from sglang_layouts.serve import supervisor  # noqa: E402
 
 MODEL = REPO / "models" / "kimi-k2.6"
 LAYOUT_FLAGS = {

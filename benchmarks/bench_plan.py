@@ -68,7 +68,7 @@ def search_inputs() -> dict:
 
 
 def part_a() -> None:
-    from sglang_layouts import planner
+    from sglang_layouts.plan import planner
 
     inputs = search_inputs()
     t0 = time.perf_counter()

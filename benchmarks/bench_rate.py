@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "module_utils"), str(REPO)]
 
 import sim_oracle  # noqa: E402
-from sglang_layouts import bench  # noqa: E402
+from sglang_layouts.bench import loadgen  # noqa: E402
 from sim_oracle import (  # noqa: E402
     bench_serving_entries,
     find_tokenizer,
@@ -233,7 +233,7 @@ def ratio_line(name, ours, theirs, target, other="bench_serving"):
 
 def run_ours(url, args, rate_arg, rid_prefix, **options):
     """One sglang_bench rate level at rate_arg with the script's settings (options: api, arrival_rng, ...)."""
-    cfg = bench.make_config(
+    cfg = loadgen.make_config(
         url,
         concurrency=[],
         request_rates=[rate_arg],
@@ -248,7 +248,7 @@ def run_ours(url, args, rate_arg, rid_prefix, **options):
         connection=args.connection,
         **options,
     )
-    return bench.run_benchmark(cfg)["levels"][0]
+    return loadgen.run_benchmark(cfg)["levels"][0]
 
 
 def compare_vllm(url, args, rate_arg, work, tokenizer, log):
@@ -256,8 +256,8 @@ def compare_vllm(url, args, rate_arg, work, tokenizer, log):
     vllm_py = str(REPO / ".venv" / "vllm" / "bin" / "python")
     if not Path(vllm_py).is_file():
         sys.exit(f"no vLLM python at {vllm_py}: run `make vllm`")
-    rate = bench.parse_rate(rate_arg)
-    label = bench.rate_label(rate)
+    rate = loadgen.parse_rate(rate_arg)
+    label = loadgen.rate_label(rate)
     ours = run_ours(url, args, rate_arg, f"vrate-{label}", api="completions", arrival_rng="vllm")
     time.sleep(0.5)
     theirs = run_vllm_bench(vllm_py, url, args, label, work, tokenizer)
@@ -357,8 +357,8 @@ def main(argv=None):
         simulator(work, args.decode_step_ms, 0.0, args.max_concurrency) as (url, log),
     ):
         for rate_arg in args.rates:
-            rate = bench.parse_rate(rate_arg)
-            label = bench.rate_label(rate)
+            rate = loadgen.parse_rate(rate_arg)
+            label = loadgen.rate_label(rate)
             ours = run_ours(
                 url, args, rate_arg, f"rate-{label}", vocab_size=vocab_size, arrival_rng="bench_serving"
             )

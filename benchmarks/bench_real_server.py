@@ -4,7 +4,7 @@
         --bench-serving-python /opt/sglang/venv/bin/python [--concurrency 16 --num-prompts 64 \\
         --input-len 256 --output-len 256 --runs 2] [--json FILE]
 
-Each round runs sglang_bench (this repo's client, module_utils/sglang_layouts/bench.py) and then
+Each round runs sglang_bench (this repo's client, module_utils/sglang_layouts/bench/loadgen.py) and then
 SGLang's own `python -m sglang.bench_serving --backend sglang --dataset-name random-ids
 --random-range-ratio 1.0 --tokenize-prompt` with the same concurrency, prompt count and lengths
 against the same server, so drift of the server (warm-up, JIT, clocks) falls on both. Prints per
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "module_utils"), str(REPO / "benchmarks")]
 
 from bench_client import oracle_env, run_bench_serving  # noqa: E402
-from sglang_layouts import bench  # noqa: E402
+from sglang_layouts.bench import loadgen  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     print(f"{'run':>3} {'client':<20} {'output tok/s':>12} {'TTFT p50 ms':>12} {'ITL p50 ms':>11}")
     with tempfile.TemporaryDirectory(prefix="bench-real-") as work:
         for i in range(1, args.runs + 1):
-            cfg = bench.make_config(
+            cfg = loadgen.make_config(
                 args.url,
                 concurrency=[args.concurrency],
                 num_prompts=args.num_prompts,
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
                 warmup=1,
                 rid_prefix=f"bench-real-{i}",
             )
-            level = bench.run_benchmark(cfg)["levels"][0]
+            level = loadgen.run_benchmark(cfg)["levels"][0]
             theirs = run_bench_serving(
                 args.bench_serving_python, args.url, args, work, tokenizer=args.tokenizer, env=oracle_env()
             )

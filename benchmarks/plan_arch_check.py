@@ -20,7 +20,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "module_utils"))
 
-from sglang_layouts import logclass, planner  # noqa: E402
+from sglang_layouts.gate import logclass  # noqa: E402
+from sglang_layouts.plan import planner  # noqa: E402
 
 
 def measured(log: Path) -> dict:

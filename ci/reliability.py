@@ -101,7 +101,7 @@ def longest_refusal() -> tuple[int, int, str]:
     sys.path.insert(0, str(REPO / "tests"))
     sys.path.insert(0, str(REPO / "module_utils"))
     from bad_inputs import CASES, materialise, planner_inputs
-    from sglang_layouts.plan_validate import plan_outcome
+    from sglang_layouts.plan.validate import plan_outcome
 
     worst = (0, 0, "")
     with tempfile.TemporaryDirectory() as tmp:

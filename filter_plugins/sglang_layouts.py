@@ -19,7 +19,7 @@ if _MODULE_UTILS not in sys.path:
 
 
 def _library(dotted):
-    """A name of module_utils/sglang_layouts ("planner.plan_host"), imported when first used.
+    """A name of module_utils/sglang_layouts ("plan.planner.plan_host"), imported when first used.
 
     Ansible loads every filter plugin anew in each forked worker, so importing the library here at
     load time cost each task that touches any filter ~0.1 s of CPU (asyncio, http, the planner)."""
@@ -41,7 +41,7 @@ def _plain(value):
 def _face(name, fn, *errors):
     """A filter over a library function: plain Python in, the library's own errors (which say what
     to do) out as Ansible's filter error, named after the filter. fn and errors are library names
-    ("planner.plan_host") or local functions."""
+    ("plan.planner.plan_host") or local functions."""
 
     def run(*args, **kwargs):
         call = _library(fn) if isinstance(fn, str) else fn
@@ -59,7 +59,7 @@ def _face(name, fn, *errors):
 
 def _layout_secret_env(inputs, name, extra_env=None):
     """The real values of a layout's secret variables, for its EnvironmentFile only (no_log tasks)."""
-    return _library("planner.layout_secret_env")(inputs, name, extra_env or {})
+    return _library("plan.planner.layout_secret_env")(inputs, name, extra_env or {})
 
 
 def _plain_env(env, secret_env=None):
@@ -80,12 +80,12 @@ def _unit_previews(layouts, host, ctx, template_dir, secret_envs=None):
         or constants.config.get_config_value("DEFAULT_MANAGED_STR"),
     }
     filters = {"comment": comment, "bool": to_bool, "union": lambda a, b: union(None, a, b)}
-    return _library("unit_files.render_previews")(layouts, host, ctx, template_dir, secret_envs, filters)
+    return _library("serve.units.render_previews")(layouts, host, ctx, template_dir, secret_envs, filters)
 
 
 def _rate_label(rate):
     """A request rate as the load generator's progress lines name it (2, 0.5, inf); refuses rates <= 0."""
-    return _library("bench_common.rate_label")(_library("bench_common.parse_rate")(rate))
+    return _library("bench.common.rate_label")(_library("bench.common.parse_rate")(rate))
 
 
 def sglang_python_path(package):
@@ -114,54 +114,54 @@ def sglang_host_addresses(hosts, hostvars):
 # filter -> (library function, the errors it raises for bad input); every rule lives in module_utils
 _FACES = {
     # sglang_plan_inputs -> the plan document (docs/ARCHITECTURE.md)
-    "sglang_plan": ("planner.plan_host", "planner.PlanError"),
+    "sglang_plan": ("plan.planner.plan_host", "plan.planner.PlanError"),
     # the same as {plan: ...} or {refused: the message}: the role fails with the message alone
-    "sglang_plan_outcome": ("plan_validate.plan_outcome",),
+    "sglang_plan_outcome": ("plan.validate.plan_outcome",),
     # one layout of a plan document, or an error naming the known layouts
-    "sglang_layout_plan": ("planner.layout_plan", "planner.PlanError"),
-    "sglang_layout_secret_env": (_layout_secret_env, "planner.PlanError"),
+    "sglang_layout_plan": ("plan.planner.layout_plan", "plan.planner.PlanError"),
+    "sglang_layout_secret_env": (_layout_secret_env, "plan.planner.PlanError"),
     # the same for every layout, by name (the unit preview reads the inputs once)
-    "sglang_layouts_secret_env": ("planner.layouts_secret_env", "planner.PlanError"),
+    "sglang_layouts_secret_env": ("plan.planner.layouts_secret_env", "plan.planner.PlanError"),
     # a digest of the planner's inputs: a plan fact made from other inputs is planned again
-    "sglang_plan_digest": ("planner.inputs_digest",),
+    "sglang_plan_digest": ("plan.planner.inputs_digest",),
     # whether a plan fact was made from these inputs (the roles then skip sglang_plan altogether)
-    "sglang_plan_current": ("plan_inputs.plan_current",),
+    "sglang_plan_current": ("plan.inputs.plan_current",),
     # the plan as text lines (layout, GPUs, GiB/GPU, budget, KV tokens, verdict, reason)
-    "sglang_plan_table": ("plan_table.plan_table",),
+    "sglang_plan_table": ("plan.table.plan_table",),
     "sglang_plain_env": (_plain_env,),
     # a layout's engine as the roles see it: label, venv variable, simulated (engines.py)
-    "sglang_engine_facts": ("engines.role_facts", "planner.PlanError"),
-    # the PATH of an engine's unit: its venv, the base env, the CUDA toolkit, the system (jit_toolchain.py)
-    "sglang_unit_path": ("jit_toolchain.unit_path", "planner.PlanError"),
+    "sglang_engine_facts": ("engines.role_facts", "plan.planner.PlanError"),
+    # the PATH of an engine's unit: its venv, the base env, the CUDA toolkit, the system (serve/jit_toolchain.py)
+    "sglang_unit_path": ("serve.jit_toolchain.unit_path", "plan.planner.PlanError"),
     # how a server gets the API key (--config FILE or --api-key), and that file's text (secrets.py)
-    "sglang_api_key_argv": ("secrets.api_key_argv", "planner.PlanError"),
-    "sglang_api_key_config": ("secrets.api_key_config", "planner.PlanError", ValueError),
-    # where a layout's units run, the stop order, one outcome from every node's (placement.py)
-    "sglang_units_on": ("placement.units_on",),
+    "sglang_api_key_argv": ("secrets.api_key_argv", "plan.planner.PlanError"),
+    "sglang_api_key_config": ("secrets.api_key_config", "plan.planner.PlanError", ValueError),
+    # where a layout's units run, the stop order, one outcome from every node's (plan/placement.py)
+    "sglang_units_on": ("plan.placement.units_on",),
     # the service role's check that every unit of a layout can start, and its router's workers
-    "sglang_unit_argv_problems": ("placement.argv_problems",),
-    "sglang_router_workers": ("placement.router_workers",),
-    # what one unit runs (argv, environment, secret file), and every unit file of a host (unit_files.py)
-    "sglang_unit_spec": ("unit_files.unit_spec", "planner.PlanError"),
-    "sglang_unit_previews": (_unit_previews, "planner.PlanError"),
-    "sglang_units_of_layouts": ("placement.units_of_layouts",),
-    "sglang_stop_order": ("placement.stop_order", "planner.PlanError"),
-    "sglang_first_failure": ("placement.first_failure",),
+    "sglang_unit_argv_problems": ("plan.placement.argv_problems",),
+    "sglang_router_workers": ("plan.placement.router_workers",),
+    # what one unit runs (argv, environment, secret file), and every unit file of a host (serve/units.py)
+    "sglang_unit_spec": ("serve.units.unit_spec", "plan.planner.PlanError"),
+    "sglang_unit_previews": (_unit_previews, "plan.planner.PlanError"),
+    "sglang_units_of_layouts": ("plan.placement.units_of_layouts",),
+    "sglang_stop_order": ("plan.placement.stop_order", "plan.planner.PlanError"),
+    "sglang_first_failure": ("plan.placement.first_failure",),
     # a sweep's failure of one layout (class, message, evidence) from every source, most specific first
-    "sglang_layout_failure": ("layout_failure.layout_failure",),
-    # a record's gpu and versions blocks, the same for ok, failed and skipped records (results.py)
-    "sglang_record_context": ("results.record_context",),
-    "sglang_nodes_outcome": ("placement.nodes_outcome",),
-    # wheel file names -> exact pins; pip steps without some pins (wheels.py)
-    "sglang_wheel_pins": ("wheels.wheel_pins", "wheels.WheelError"),
-    "sglang_drop_pins": ("wheels.drop_pins", "wheels.WheelError"),
-    "sglang_bench_rate_label": (_rate_label, "bench_common.BenchError"),
+    "sglang_layout_failure": ("gate.failure.layout_failure",),
+    # a record's gpu and versions blocks, the same for ok, failed and skipped records (report/results.py)
+    "sglang_record_context": ("report.results.record_context",),
+    "sglang_nodes_outcome": ("plan.placement.nodes_outcome",),
+    # wheel file names -> exact pins; pip steps without some pins (serve/wheels.py)
+    "sglang_wheel_pins": ("serve.wheels.wheel_pins", "serve.wheels.WheelError"),
+    "sglang_drop_pins": ("serve.wheels.drop_pins", "serve.wheels.WheelError"),
+    "sglang_bench_rate_label": (_rate_label, "bench.common.BenchError"),
     # the load generator's arguments that its check mode validates (validated once per key)
-    "sglang_bench_load_key": ("bench_common.load_key",),
+    "sglang_bench_load_key": ("bench.common.load_key",),
     # the layout search after each measured layout: refit, re-rank, next candidate or stop
-    "sglang_search_step": ("search_calibrate.sweep_step", "planner.PlanError"),
+    "sglang_search_step": ("plan.calibrate.sweep_step", "plan.planner.PlanError"),
     # the plan with one layout's search block set to the step's (the loop over several hosts)
-    "sglang_plan_with_search": ("search_calibrate.with_search",),
+    "sglang_plan_with_search": ("plan.calibrate.with_search",),
 }
 
 

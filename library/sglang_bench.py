@@ -505,7 +505,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_layouts.bench import (
+from ansible.module_utils.sglang_layouts.bench.loadgen import (
     DEFAULT_CONCURRENCY,
     FORMULAS,
     LEVEL_WARMUP_TIMEOUT_S,

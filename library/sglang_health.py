@@ -273,11 +273,17 @@ import os
 from urllib.parse import urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_layouts import engines, supervisor
-from ansible.module_utils.sglang_layouts.health_gate import HealthFailure, check_alive, engine_of, wait_ready
-from ansible.module_utils.sglang_layouts.health_logs import FileFollower, JournalFollower
-from ansible.module_utils.sglang_layouts.health_preflight import preflight as host_preflight
-from ansible.module_utils.sglang_layouts.health_proc import process_state, systemd_state
+from ansible.module_utils.sglang_layouts import engines
+from ansible.module_utils.sglang_layouts.gate.logs import FileFollower, JournalFollower
+from ansible.module_utils.sglang_layouts.gate.preflight import preflight as host_preflight
+from ansible.module_utils.sglang_layouts.gate.proc import process_state, systemd_state
+from ansible.module_utils.sglang_layouts.gate.readiness import (
+    HealthFailure,
+    check_alive,
+    engine_of,
+    wait_ready,
+)
+from ansible.module_utils.sglang_layouts.serve import supervisor
 
 
 def _own_active(module, units) -> bool:
@@ -304,7 +310,7 @@ def _fail(module, exc: HealthFailure, url: str):
     )
 
 
-# the options of mode=wait that reach the gate (health_gate.wait_ready) as they are
+# the options of mode=wait that reach the gate (readiness.wait_ready) as they are
 WAIT_OPTIONS = ("timeout", "poll", "grace", "api_key", "confirm", "resume")
 
 

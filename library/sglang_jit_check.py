@@ -70,7 +70,7 @@ path:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_layouts import jit_toolchain
+from ansible.module_utils.sglang_layouts.serve import jit_toolchain
 
 
 def main():

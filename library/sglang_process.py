@@ -141,7 +141,7 @@ stop:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_layouts import supervisor
+from ansible.module_utils.sglang_layouts.serve import supervisor
 
 
 def main():

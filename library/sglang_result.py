@@ -170,7 +170,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_layouts import results
+from ansible.module_utils.sglang_layouts.report import results
 
 # The record's own fields: options of the module, passed to results.build_record as they are.
 RECORD_OPTIONS = {

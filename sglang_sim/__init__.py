@@ -1,6 +1,6 @@
 """A stand-in for `python -m sglang.launch_server` on a machine without a GPU.
 
-It parses SGLang's command line, asks the planner (`sglang_layouts.planner`) what the
+It parses SGLang's command line, asks the planner (`sglang_layouts.plan.planner`) what the
 layout would do on the simulated hardware, writes SGLang's log lines, and then either
 fails the way SGLang fails or serves SGLang's HTTP API with token timing from a
 continuous-batching cost model. Standard library only; see README.md.

@@ -1,6 +1,6 @@
 """Glue between SGLang's command line and the planner: layout, hardware, serving, the plan.
 
-The planner (`sglang_layouts.planner`) is the only place that knows whether a layout fits
+The planner (`sglang_layouts.plan.planner`) is the only place that knows whether a layout fits
 and how much memory each rank holds; this module only maps flags and the simulated
 hardware (SGLANG_SIM_* environment) onto its inputs.
 """
@@ -67,7 +67,7 @@ def text_config(cfg: dict) -> dict:
 
 def make_plan(args, hardware: dict):
     """Return (planner module, model spec, layout plan)."""
-    from sglang_layouts import planner
+    from sglang_layouts.plan import planner
 
     spec = planner.load_model({"name": model_name(args), "path": args.model_path})
     layout_plan = planner.plan_layout(

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from .model import PlanError
+from .estimate.model import PlanError
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
@@ -35,7 +35,7 @@ class Engine:
     # flags rendered from structured keys: args: may not set them
     structural_flags: dict = field(default_factory=dict)
     kv_stop_message: str = ""
-    # -- the readiness gate (health_gate.py) --
+    # -- the readiness gate (gate/readiness.py) --
     # the one-token request that confirms a /health 200
     confirm_route: str = "/generate"
     # where the KV capacity (max_total_num_tokens) comes from: "server_info" (/server_info, else
@@ -44,7 +44,7 @@ class Engine:
     # stop semantics: the hint for an exit with status 0 nobody asked for, where the engine exits 0
     # when it dies ("": such an exit is the plain "the engine exited")
     exit_zero_hint: str = ""
-    # -- parallelism and memory semantics (plan_rules.py, planner.py) --
+    # -- parallelism and memory semantics (plan/rules.py, plan/planner.py) --
     # MoE layers span all tp x dp GPUs and every dp rank is an engine of its own (vLLM); else ep
     # carves the experts inside the tp group and dp without dp-attention runs replicas (SGLang)
     moe_spans_dp: bool = False
@@ -72,7 +72,7 @@ class Engine:
     # -- the roles --
     # the inventory variable naming the venv whose python runs it (group_vars/all/engine.yml)
     venv_var: str = "sglang_venv_path"
-    # what its JIT kernel builds run at start (jit_toolchain.py checks them on the unit's PATH at
+    # what its JIT kernel builds run at start (serve/jit_toolchain.py checks them on the unit's PATH at
     # provision): SGLang and flashinfer call ninja, nvcc and c++, and compile flashinfer's data/
     jit_tools: tuple[str, ...] = ()
     # -- the simulator --

@@ -4,16 +4,16 @@ A layout name becomes a results file name (results/<run>/<host>/<name>.json), a 
 a word in a unit's Description=, and `-e layout=<name>` selects it in stop.yml. So it is what the
 result store accepts (letters, digits, '_', '-', '.', '@', '+', '=', at most 128 characters, starting
 with a letter or digit), and it is none of the words the tools give a meaning of their own. '=' is
-there for the search's generated names (auto-8x1x1-kv_cache_dtype=fp8_e4m3, search.py): `-e
+there for the search's generated names (auto-8x1x1-kv_cache_dtype=fp8_e4m3, plan/search.py): `-e
 layout=<name>` splits at the first '=' only, and a unit name turns it into '-'.
-Standard library only (and model.py's kind_of).
+Standard library only (and estimate/model.py's kind_of).
 """
 
 from __future__ import annotations
 
 import re
 
-from .model import kind_of
+from .estimate.model import kind_of
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+=-]{0,127}$")
 NAME_RULE = (

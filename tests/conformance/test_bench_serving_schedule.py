@@ -3,7 +3,7 @@
 The judge is the pinned SGLang's own code in the oracle venv (oracle_bench_serving_schedule.py runs
 bench_serving's cli_main up to its get_request generator, with the real seeding and dataset sampling) and,
 for burstiness other than 1 (bench_serving 0.5.23 has no --burstiness), numpy's np.random.gamma after
-the same dataset draws. Our side is module_utils/sglang_layouts/bench_schedule.py, standard library only.
+the same dataset draws. Our side is module_utils/sglang_layouts/bench/schedule.py, standard library only.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 
 import pytest
 from conftest import HERE, load_generator_argv, run_oracle
-from sglang_layouts import bench_schedule
+from sglang_layouts.bench import schedule
 
 # (seed, request rate, num_prompts, input_len, output_len, range_ratio)
 CASES = [
@@ -69,9 +69,7 @@ def test_schedule_equals_bench_servings_to_the_float(oracle_gaps, index):
     seed, rate, n, inp, out, ratio = CASES[index]
     theirs = oracle_gaps[index]
     assert theirs["num_requests"] == n
-    gaps = bench_schedule.bench_serving_gaps(
-        rate, 1.0, seed, n, _dataset(inp, out, ratio), theirs["vocab_size"]
-    )
+    gaps = schedule.bench_serving_gaps(rate, 1.0, seed, n, _dataset(inp, out, ratio), theirs["vocab_size"])
     assert gaps == theirs["gaps"]  # exact: same bits, not approx
     assert len(gaps) == (0 if rate == float("inf") else n - 1)
     # and the schedule a rate level sends on is their running sum
@@ -79,7 +77,7 @@ def test_schedule_equals_bench_servings_to_the_float(oracle_gaps, index):
     for g in theirs["gaps"]:
         t += g
         offsets.append(t)
-    assert bench_schedule.bench_serving_offsets(
+    assert schedule.bench_serving_offsets(
         rate, 1.0, seed, n, _dataset(inp, out, ratio), theirs["vocab_size"]
     ) == (offsets if rate != float("inf") else [0.0] * n)
 
@@ -106,4 +104,4 @@ def test_burstiness_draws_numpys_legacy_gamma_to_the_float(oracle_python, shape,
     )
     theirs = json.loads(proc.stdout.strip().splitlines()[-1])
     ds = _dataset(inp, out, ratio)
-    assert bench_schedule.bench_serving_gaps(rate, shape, seed, n, ds, vocab) == theirs
+    assert schedule.bench_serving_gaps(rate, shape, seed, n, ds, vocab) == theirs

@@ -3,7 +3,7 @@
 The judge is vLLM's own code in .venv/vllm (ci/vllm.sh, `make vllm`): oracle_vllm_schedule.py runs its
 argument parser and main_async (seeding, tokenizer, random dataset) up to its own get_request, with the
 clock stopped at 0 so that each recorded sleep is vLLM's delay_ts[i] itself. Our side is
-module_utils/sglang_layouts/bench_schedule.py, standard library only.
+module_utils/sglang_layouts/bench/schedule.py, standard library only.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 
 import pytest
 from conftest import HERE, load_generator_argv, run_oracle
-from sglang_layouts import bench_schedule
+from sglang_layouts.bench import schedule
 
 # (seed, request rate, burstiness, num_prompts)
 CASES = [
@@ -66,7 +66,7 @@ def test_schedule_equals_vllms_to_the_float(vllm_delays, index):
     seed, rate, burstiness, n = CASES[index]
     theirs = vllm_delays[index]
     assert theirs["num_requests"] == n
-    assert bench_schedule.vllm_delays(rate, burstiness, seed, n) == theirs["delays"]  # exact
+    assert schedule.vllm_delays(rate, burstiness, seed, n) == theirs["delays"]  # exact
     assert theirs["delays"][-1] == pytest.approx(n / rate, rel=1e-12)  # vLLM's rescaling
-    offsets = bench_schedule.vllm_offsets(rate, burstiness, seed, n)
+    offsets = schedule.vllm_offsets(rate, burstiness, seed, n)
     assert offsets == [d - theirs["delays"][0] for d in theirs["delays"]]

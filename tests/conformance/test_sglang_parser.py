@@ -159,7 +159,7 @@ def demo_plan_inputs(sglang_version: str) -> dict:
 
 
 def _plan(inputs: dict, layouts: list[dict], serving: dict | None = None) -> list[dict]:
-    from sglang_layouts.planner import plan_host  # module_utils/ is on sys.path (tests/conftest.py)
+    from sglang_layouts.plan.planner import plan_host
 
     inputs = {**inputs, "layouts": layouts, "serving": {**inputs["serving"], **(serving or {})}}
     return plan_host(inputs)["layouts"]

@@ -3,7 +3,7 @@ seed box of inventory/demo), the serving settings of group_vars/all/serving.yml,
 
 from __future__ import annotations
 
-from sglang_layouts import planner
+from sglang_layouts.plan import planner
 
 from sglang_sim.launcher import DEFAULT_MODEL
 

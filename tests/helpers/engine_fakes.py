@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 
-from sglang_layouts import health
+from sglang_layouts.gate import health
 
 from tests.helpers.fake_http import JsonHandler, LoopbackServer
 from tests.helpers.net import free_port

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from sglang_layouts import health, logclass
+from sglang_layouts.gate import health, logclass
 
 from tests.helpers.fake_http import JsonHandler, LoopbackServer
 from tests.helpers.net import free_port

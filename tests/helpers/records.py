@@ -5,7 +5,8 @@ every record's timing keeps."""
 from __future__ import annotations
 
 import pytest
-from sglang_layouts import bench, results
+from sglang_layouts.bench import loadgen
+from sglang_layouts.report import results
 
 TIMING_ENGINE_PARTS = ("ready_s", "bench_s", "warmup_s", "stop_s")
 
@@ -34,7 +35,7 @@ def level(c, tok, per_user, ttft):
 
 def store(rd, run_id, host, layout, levels, plan, status="ok", engine="sim", ready_after_s=2.5, **kw):
     """Write the record of one layout into results dir `rd` and return it. An "ok" record gets the
-    levels (summarized by the real bench.summarize) and health facts; any other status neither."""
+    levels (summarized by the real loadgen.summarize) and health facts; any other status neither."""
     ok = status == "ok"
     rec = results.build_record(
         run_id,
@@ -44,7 +45,7 @@ def store(rd, run_id, host, layout, levels, plan, status="ok", engine="sim", rea
         engine=engine,
         plan=plan,
         health={"max_total_num_tokens": 900, "ready_after_s": ready_after_s} if ok else {},
-        bench={"summary": bench.summarize(levels), "levels": levels, "config": {}, "server": {}}
+        bench={"summary": loadgen.summarize(levels), "levels": levels, "config": {}, "server": {}}
         if ok
         else None,
         **kw,

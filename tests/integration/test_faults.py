@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from sglang_layouts import bench, health, results
+from sglang_layouts.bench import loadgen
+from sglang_layouts.gate import health
+from sglang_layouts.report import results
 
 from sglang_sim.launcher import SimProcess
 from tests.helpers.demo import FAST_DECODE
@@ -19,7 +21,7 @@ from tests.helpers.net import free_port, listening
 
 
 def _cfg(url, levels, **kw):
-    return bench.make_config(
+    return loadgen.make_config(
         url,
         concurrency=levels,
         input_len=16,
@@ -51,7 +53,7 @@ def test_engine_killed_mid_benchmark_stops_the_ladder_at_that_level():
             if line.startswith("level c=4 done"):
                 os.kill(s.proc.pid, signal.SIGKILL)  # the engine dies between levels 4 and 16
 
-        out = bench.run_benchmark(_cfg(s.url(""), [1, 4, 16, 64], request_timeout=120), progress=progress)
+        out = loadgen.run_benchmark(_cfg(s.url(""), [1, 4, 16, 64], request_timeout=120), progress=progress)
     died = out["summary"]["server_died"]
     assert [lv["concurrency"] for lv in out["levels"]] == [1, 4, 16]  # 64 never ran
     assert out["levels"][0]["completed"] > 0 and out["levels"][1]["failed"] == 0
@@ -70,7 +72,7 @@ def test_engine_hung_by_sigstop_mid_benchmark_is_found_hung():
         try:
             # no /flush_cache: against a stopped server it would wait its own 30 s
             cfg = _cfg(s.url(""), [1, 4, 16], request_timeout=2, flush_cache=False)
-            out = bench.run_benchmark(cfg, progress=progress)
+            out = loadgen.run_benchmark(cfg, progress=progress)
         finally:
             os.kill(s.proc.pid, signal.SIGCONT)
     died = out["summary"]["server_died"]
@@ -87,9 +89,11 @@ def test_a_server_that_only_refuses_requests_is_not_taken_for_dead():
 
     with LoopbackServer(H) as srv:
         cfg = {"url": srv.url}
-        assert bench.level_server_died(cfg, {"concurrency": 4, "failed": 3}) is None
-        assert bench.level_server_died({"url": "http://127.0.0.1:9"}, {"concurrency": 4, "failed": 0}) is None
-    died = bench.level_server_died(cfg, {"concurrency": 4, "failed": 3})
+        assert loadgen.level_server_died(cfg, {"concurrency": 4, "failed": 3}) is None
+        assert (
+            loadgen.level_server_died({"url": "http://127.0.0.1:9"}, {"concurrency": 4, "failed": 0}) is None
+        )
+    died = loadgen.level_server_died(cfg, {"concurrency": 4, "failed": 3})
     assert died and died["concurrency"] == 4 and not died["hung"]
 
 

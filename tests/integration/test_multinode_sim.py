@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from sglang_layouts import logclass
+from sglang_layouts.gate import logclass
 
 from sglang_sim.launcher import SimProcess, free_port
 

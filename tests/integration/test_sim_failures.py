@@ -11,7 +11,8 @@ import time
 import urllib.request
 
 import pytest
-from sglang_layouts import logclass, planner
+from sglang_layouts.gate import logclass
+from sglang_layouts.plan import planner
 
 from sglang_sim.failures import format_size
 from sglang_sim.launcher import DEFAULT_MODEL, PACKAGE_ROOT, SimProcess

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sglang_layouts import logclass, planner
+from sglang_layouts.gate import logclass
+from sglang_layouts.plan import planner
 
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "tests" / "fixtures" / "sglang-0.5.16" / "arch-h200"

@@ -4,8 +4,8 @@ import json
 
 import pytest
 from bad_inputs import CASES, SECRET, materialise, planner_inputs
-from sglang_layouts import planner
-from sglang_layouts.plan_validate import plan_outcome
+from sglang_layouts.plan import planner
+from sglang_layouts.plan.validate import plan_outcome
 
 
 def _write_like_plan_yml(outcome, folder):
@@ -178,7 +178,7 @@ def test_a_sites_secret_list_adds_to_the_default_patterns():
 def test_secret_flags_come_from_the_flag_tables():
     """Every flag of every table that takes a key, a password or a token is a credential; no other."""
     from sglang_layouts.engines import SGLANG, VLLM, engine_flags, sglang_flag_tables
-    from sglang_layouts.plan_validate import secret_flag
+    from sglang_layouts.plan.validate import secret_flag
 
     found = set()
     for table in [engine_flags(SGLANG, v) for v in sglang_flag_tables()] + [engine_flags(VLLM)]:

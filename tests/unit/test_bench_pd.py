@@ -2,9 +2,9 @@
 the mean prefill and KV-transfer parts; a server without them leaves both null and says why."""
 
 import pytest
-from sglang_layouts.bench import make_config
-from sglang_layouts.bench_common import BenchError
-from sglang_layouts.bench_telemetry import pd_counters, ttft_split
+from sglang_layouts.bench.common import BenchError
+from sglang_layouts.bench.loadgen import make_config
+from sglang_layouts.bench.telemetry import pd_counters, ttft_split
 
 from tests.helpers.fake_http import JsonHandler, LoopbackServer
 

@@ -14,7 +14,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from sglang_layouts import bench, bench_common, bench_schedule, bench_slo, bench_telemetry
+from sglang_layouts.bench import common, loadgen, schedule, telemetry
+from sglang_layouts.bench import slo as bench_slo
 
 from tests.helpers.bench_server import FakeServer
 
@@ -59,27 +60,27 @@ sglang:time_to_first_token_seconds_bucket{le="+Inf",model_name="meta-llama/Llama
 
 def rate_config(url, **kw):
     """A request-rate config for the fake server: no concurrency ladder and no warm-up unless given."""
-    return bench.make_config(url, **{"concurrency": [], "warmup": 0, **kw})
+    return loadgen.make_config(url, **{"concurrency": [], "warmup": 0, **kw})
 
 
 def test_poisson_schedule_is_seeded_and_has_the_asked_mean_rate():
-    a = bench_schedule.arrival_offsets(4.0, 1.0, "s", num_prompts=4000)
-    assert a == bench_schedule.arrival_offsets(4.0, 1.0, "s", num_prompts=4000)
-    assert a != bench_schedule.arrival_offsets(4.0, 1.0, "other", num_prompts=4000)
+    a = schedule.arrival_offsets(4.0, 1.0, "s", num_prompts=4000)
+    assert a == schedule.arrival_offsets(4.0, 1.0, "s", num_prompts=4000)
+    assert a != schedule.arrival_offsets(4.0, 1.0, "other", num_prompts=4000)
     gaps = [b - x for x, b in itertools.pairwise(a)]
     assert a[0] == 0.0 and len(a) == 4000
     assert statistics.mean(gaps) == pytest.approx(0.25, rel=0.06)
     # exponential gaps: coefficient of variation 1; gamma with burstiness 4 is more regular (CV 1/2)
     assert statistics.pstdev(gaps) / statistics.mean(gaps) == pytest.approx(1.0, abs=0.08)
-    g = bench_schedule.arrival_offsets(4.0, 4.0, "s", num_prompts=4000)
+    g = schedule.arrival_offsets(4.0, 4.0, "s", num_prompts=4000)
     ggaps = [b - x for x, b in itertools.pairwise(g)]
     assert statistics.mean(ggaps) == pytest.approx(0.25, rel=0.06)
     assert statistics.pstdev(ggaps) / statistics.mean(ggaps) == pytest.approx(0.5, abs=0.06)
 
 
 def test_inf_is_all_at_once_and_duration_bounds_the_arrivals():
-    assert bench_schedule.arrival_offsets(math.inf, 1.0, "s", num_prompts=5) == [0.0] * 5
-    d = bench_schedule.arrival_offsets(50.0, 1.0, "s", duration_s=2.0)
+    assert schedule.arrival_offsets(math.inf, 1.0, "s", num_prompts=5) == [0.0] * 5
+    d = schedule.arrival_offsets(50.0, 1.0, "s", duration_s=2.0)
     assert max(d) < 2.0 and 60 < len(d) < 140
 
 
@@ -116,28 +117,28 @@ BENCH_SERVING_SEED1_RATE8_GAPS = [
 
 
 def test_numpy_legacy_generator_in_the_standard_library_draws_numpys_floats():
-    r = bench_schedule.NumpyLegacyRandom(5)
+    r = schedule.NumpyLegacyRandom(5)
     assert [r.random_sample() for _ in range(3)] == NUMPY_SEED5[0]
     assert [r.randint(0, 1000) for _ in range(4)] == NUMPY_SEED5[1]
     assert [r.gauss() for _ in range(3)] == NUMPY_SEED5[2]
-    r = bench_schedule.NumpyLegacyRandom(5)
+    r = schedule.NumpyLegacyRandom(5)
     assert [r.gamma(0.5, 0.25) for _ in range(3)] == NUMPY_SEED5_GAMMA[0]
     assert [r.gamma(2.0, 0.25) for _ in range(3)] == NUMPY_SEED5_GAMMA[1]
-    with pytest.raises(bench.BenchError, match="2\\*\\*32"):
-        bench_schedule.NumpyLegacyRandom(2**32)
+    with pytest.raises(loadgen.BenchError, match="2\\*\\*32"):
+        schedule.NumpyLegacyRandom(2**32)
 
 
 def test_bench_serving_schedule_is_bench_servings_own_for_its_seed():
     ds = {"name": "random", "input_len": 64, "output_len": 64}
-    assert bench_schedule.bench_serving_gaps(8.0, 1.0, 1, 10, ds, 1024) == BENCH_SERVING_SEED1_RATE8_GAPS
-    offsets = bench_schedule.bench_serving_offsets(8.0, 1.0, 1, 10, ds, 1024)
+    assert schedule.bench_serving_gaps(8.0, 1.0, 1, 10, ds, 1024) == BENCH_SERVING_SEED1_RATE8_GAPS
+    offsets = schedule.bench_serving_offsets(8.0, 1.0, 1, 10, ds, 1024)
     assert len(offsets) == 10 and offsets[0] == 0.0
     assert offsets[-1] == pytest.approx(sum(BENCH_SERVING_SEED1_RATE8_GAPS), rel=1e-12)
     # the dataset's draws come first: a vocabulary that rejects more draws, or none, moves the schedule
-    assert bench_schedule.bench_serving_gaps(8.0, 1.0, 1, 10, ds, 600) != BENCH_SERVING_SEED1_RATE8_GAPS
-    sharegpt = bench_schedule.bench_serving_gaps(8.0, 1.0, 1, 10, {"name": "sharegpt"}, 1024)
+    assert schedule.bench_serving_gaps(8.0, 1.0, 1, 10, ds, 600) != BENCH_SERVING_SEED1_RATE8_GAPS
+    sharegpt = schedule.bench_serving_gaps(8.0, 1.0, 1, 10, {"name": "sharegpt"}, 1024)
     assert sharegpt != BENCH_SERVING_SEED1_RATE8_GAPS
-    assert bench_schedule.bench_serving_offsets(math.inf, 1.0, 1, 4, ds, 1024) == [0.0] * 4
+    assert schedule.bench_serving_offsets(math.inf, 1.0, 1, 4, ds, 1024) == [0.0] * 4
 
 
 # printed by vLLM 0.32's own get_request (tests/conformance/oracle_vllm_schedule.py) for
@@ -158,11 +159,11 @@ VLLM_SEED1_RATE8_DELAYS = [
 
 
 def test_vllm_schedule_is_vllms_own_for_its_seed():
-    assert bench_schedule.vllm_delays(8.0, 1.0, 1, 10) == VLLM_SEED1_RATE8_DELAYS
-    offsets = bench_schedule.vllm_offsets(8.0, 1.0, 1, 10)
+    assert schedule.vllm_delays(8.0, 1.0, 1, 10) == VLLM_SEED1_RATE8_DELAYS
+    offsets = schedule.vllm_offsets(8.0, 1.0, 1, 10)
     assert offsets[0] == 0.0 and offsets[-1] == 1.25 - VLLM_SEED1_RATE8_DELAYS[0]
-    assert bench_schedule.vllm_offsets(math.inf, 1.0, 1, 3) == [0.0] * 3
-    cfg = bench.make_config(
+    assert schedule.vllm_offsets(math.inf, 1.0, 1, 3) == [0.0] * 3
+    cfg = loadgen.make_config(
         "http://127.0.0.1:1", concurrency=[], request_rates=[8], num_prompts=10, arrival_rng="vllm"
     )
     assert cfg["arrival_rng"] == "vllm"
@@ -181,7 +182,7 @@ def test_a_rate_level_with_arrival_rng_bench_serving_sends_on_that_schedule():
             telemetry=False,
             arrival_rng="bench_serving",
         )
-        level = bench.run_benchmark(cfg)["levels"][0]
+        level = loadgen.run_benchmark(cfg)["levels"][0]
     sched = level["schedule"]
     assert (sched["arrival_rng"], sched["seed"]) == ("bench_serving", 1)
     assert sched["offsets_s"][1] == round(BENCH_SERVING_SEED1_RATE8_GAPS[0], 6)
@@ -226,28 +227,28 @@ def test_a_rate_level_with_arrival_rng_bench_serving_sends_on_that_schedule():
     ],
 )
 def test_bad_input_is_refused_with_a_clear_message(kwargs, needle):
-    with pytest.raises(bench.BenchError, match=needle.replace("(", r"\(").replace("'", "'")):
-        bench.make_config("http://127.0.0.1:1", **{"output_len": 8, **kwargs})
+    with pytest.raises(loadgen.BenchError, match=needle.replace("(", r"\(").replace("'", "'")):
+        loadgen.make_config("http://127.0.0.1:1", **{"output_len": 8, **kwargs})
 
 
 def test_sharegpt_that_does_not_parse_or_holds_nothing_usable_is_refused(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('[{"conversations": [')
-    with pytest.raises(bench.BenchError, match="not valid JSON"):
-        bench.make_config("http://127.0.0.1:1", dataset={"name": "sharegpt", "path": str(bad)})
+    with pytest.raises(loadgen.BenchError, match="not valid JSON"):
+        loadgen.make_config("http://127.0.0.1:1", dataset={"name": "sharegpt", "path": str(bad)})
     empty = tmp_path / "empty.json"
     empty.write_text(
         json.dumps([{"id": "x", "conversations": [{"from": "human", "value": "hi"}]}, {"id": "y"}])
     )
-    with pytest.raises(bench.BenchError, match="no usable conversation"):
-        bench.make_config("http://127.0.0.1:1", dataset={"name": "sharegpt", "path": str(empty)})
+    with pytest.raises(loadgen.BenchError, match="no usable conversation"):
+        loadgen.make_config("http://127.0.0.1:1", dataset={"name": "sharegpt", "path": str(empty)})
 
 
 def test_prompts_longer_than_the_servers_context_are_refused_before_any_request():
     with FakeServer(context_length=64) as srv:
-        cfg = bench.make_config(srv.url, concurrency=[1], input_len=60, output_len=8)
-        with pytest.raises(bench.BenchError, match="longer than the server's context"):
-            bench.run_benchmark(cfg)
+        cfg = loadgen.make_config(srv.url, concurrency=[1], input_len=60, output_len=8)
+        with pytest.raises(loadgen.BenchError, match="longer than the server's context"):
+            loadgen.run_benchmark(cfg)
         assert srv.state.count == 0 and srv.state.flushes == 0
 
 
@@ -264,14 +265,14 @@ def test_rate_level_sends_on_its_schedule_and_records_it():
             output_len=4,
         )
         lines = []
-        out = bench.run_benchmark(cfg, progress=lines.append, keep_requests=True)
+        out = loadgen.run_benchmark(cfg, progress=lines.append, keep_requests=True)
     rate, inf = out["levels"]
     assert (rate["mode"], rate["request_rate"], rate["concurrency"]) == ("rate", 40.0, None)
     assert inf["request_rate"] == "inf" and out["config"]["request_rates"] == [40.0, "inf"]
     assert rate["completed"] == 12 and inf["completed"] == 12
     sched = rate["schedule"]
     assert sched["offsets_s"] == [
-        round(o, 6) for o in bench_schedule.arrival_offsets(40.0, 1.0, sched["seed"], num_prompts=12)
+        round(o, 6) for o in schedule.arrival_offsets(40.0, 1.0, sched["seed"], num_prompts=12)
     ]
     # every request left at (or just after) its scheduled time: the server saw the schedule's spacing
     arrivals = sorted(e["arrival"] for e in srv.settled() if "-l0-" in e["rid"])
@@ -302,7 +303,7 @@ def test_max_concurrency_caps_requests_in_flight_and_the_wait_shows_as_send_lag(
             input_len=4,
             output_len=4,
         )
-        out = bench.run_benchmark(cfg)
+        out = loadgen.run_benchmark(cfg)
     lv = out["levels"][0]
     assert srv.state.max_inflight == 2 and lv["concurrency"] == 2 and lv["max_concurrency"] == 2
     assert lv["completed"] == 6
@@ -318,11 +319,11 @@ def test_a_client_that_cannot_keep_up_says_so():
         "achieved_request_rate": 60.0,
         "scheduled_request_rate": 100.0,
     }
-    warnings = bench._schedule_warnings(100.0, late)
+    warnings = loadgen._schedule_warnings(100.0, late)
     assert any("could not keep up" in w for w in warnings)
     assert any("below 95%" in w for w in warnings)
     on_time = dict(late, client_lag_ms={"p99": 0.5}, achieved_request_rate=99.0)
-    assert bench._schedule_warnings(100.0, on_time) == []
+    assert loadgen._schedule_warnings(100.0, on_time) == []
 
 
 # ---------------------------------------------------------------- workloads
@@ -330,14 +331,14 @@ def test_a_client_that_cannot_keep_up_says_so():
 
 def test_random_range_lengths_stay_in_their_range():
     with FakeServer(step_s=0.001, first_s=0.002) as srv:
-        cfg = bench.make_config(
+        cfg = loadgen.make_config(
             srv.url,
             concurrency=[4],
             num_prompts=24,
             warmup=0,
             dataset={"name": "random-range", "input_len": 40, "output_len": 10, "range_ratio": 0.5},
         )
-        out = bench.run_benchmark(cfg)
+        out = loadgen.run_benchmark(cfg)
     ins = [len(b["input_ids"]) for b in srv.state.bodies]
     outs = [b["sampling_params"]["max_new_tokens"] for b in srv.state.bodies]
     assert all(20 <= n <= 40 for n in ins) and len(set(ins)) > 3
@@ -352,7 +353,7 @@ def test_sharegpt_prompts_are_the_files_text_and_counts_the_servers(api):
     rows = json.loads(SHAREGPT.read_text())
     firsts = {r["conversations"][0]["value"] for r in rows if len(r.get("conversations") or []) >= 2}
     with FakeServer(step_s=0.001, first_s=0.002) as srv:
-        cfg = bench.make_config(
+        cfg = loadgen.make_config(
             srv.url,
             api=api,
             concurrency=[2],
@@ -361,7 +362,7 @@ def test_sharegpt_prompts_are_the_files_text_and_counts_the_servers(api):
             dataset={"name": "sharegpt", "path": str(SHAREGPT), "output_len": 3},
         )
         assert cfg["dataset"]["conversations"] == 40 and cfg["dataset"]["digest"].startswith("sha256:")
-        out = bench.run_benchmark(cfg)
+        out = loadgen.run_benchmark(cfg)
     texts = [b["text"] if api == "generate" else b["messages"][0]["content"] for b in srv.state.bodies]
     assert all(t in firsts for t in texts)
     lv = out["levels"][0]
@@ -371,7 +372,7 @@ def test_sharegpt_prompts_are_the_files_text_and_counts_the_servers(api):
 
 def test_shared_prefix_groups_share_their_system_prompt():
     with FakeServer(step_s=0.001, first_s=0.002) as srv:
-        cfg = bench.make_config(
+        cfg = loadgen.make_config(
             srv.url,
             concurrency=[2],
             num_prompts=8,
@@ -385,7 +386,7 @@ def test_shared_prefix_groups_share_their_system_prompt():
                 "output_len": 4,
             },
         )
-        bench.run_benchmark(cfg)
+        loadgen.run_benchmark(cfg)
     by_rid = {b["rid"]: b["input_ids"] for b in srv.state.bodies}
     ids = [by_rid[f"{cfg['rid_prefix']}-l0-r{i}"] for i in range(8)]
     assert all(len(x) == 24 for x in ids)
@@ -398,7 +399,7 @@ def test_shared_prefix_groups_share_their_system_prompt():
 
 def test_goodput_and_slo_met_follow_the_thresholds():
     with FakeServer(step_s=0.002, first_s=0.01) as srv:
-        loose = bench.make_config(
+        loose = loadgen.make_config(
             srv.url,
             concurrency=[2],
             num_prompts=6,
@@ -408,8 +409,8 @@ def test_goodput_and_slo_met_follow_the_thresholds():
             slo={"ttft_p99_ms": 5000},
         )
         strict = dict(loose, slo=bench_slo.make_slo({"ttft_p99_ms": 1, "itl_p99_ms": 5000}))
-        a = bench.run_benchmark(loose)["levels"][0]
-        b = bench.run_benchmark(strict)["levels"][0]
+        a = loadgen.run_benchmark(loose)["levels"][0]
+        b = loadgen.run_benchmark(strict)["levels"][0]
     assert a["slo_met"] is True and a["goodput_tok_s"] == pytest.approx(a["output_tok_s"])
     assert a["goodput_req_s"] == pytest.approx(a["request_s"])
     assert (
@@ -439,7 +440,7 @@ def test_goodput_counts_only_requests_meeting_every_threshold():
 
     slo = bench_slo.make_slo({"ttft_ms": 100, "tpot_p90_ms": 20, "percentile": 50})
     cfg = {"output_len": 5, "slo": slo}
-    level = bench.summarize_level(cfg, 2, [req(0.05), req(0.05, gap=0.03), req(0.5)], 2.0, 4)
+    level = loadgen.summarize_level(cfg, 2, [req(0.05), req(0.05, gap=0.03), req(0.5)], 2.0, 4)
     assert level["slo"]["good"] == 1 and level["goodput_tok_s"] == pytest.approx(5 / 2.0)
     assert level["goodput_req_s"] == pytest.approx(0.5)
     # one of four requests failed: error rate 0.25 > max_error_rate 0
@@ -447,7 +448,7 @@ def test_goodput_counts_only_requests_meeting_every_threshold():
 
 
 def _fake_level(rate, capacity):
-    return {"request_rate": bench_common.rate_json(rate), "slo_met": rate <= capacity}
+    return {"request_rate": common.rate_json(rate), "slo_met": rate <= capacity}
 
 
 @pytest.mark.parametrize("capacity", [0.3, 3.7, 11.0, 100.0])
@@ -517,7 +518,7 @@ def test_slo_search_runs_through_the_benchmark_and_is_recorded():
             slo={"ttft_p99_ms": 5000, "search": True, "search_steps": 2, "search_max_rate": 80},
         )
         lines = []
-        out = bench.run_benchmark(cfg, progress=lines.append)
+        out = loadgen.run_benchmark(cfg, progress=lines.append)
     search = out["summary"]["slo_search"]
     assert search["steps"] == [40.0, 80.0] and search["slo_max_rate"] == 80.0
     assert out["summary"]["slo_max_rate"] == 80.0
@@ -530,14 +531,14 @@ def test_slo_search_runs_through_the_benchmark_and_is_recorded():
 
 
 def test_prometheus_parsing_of_sglangs_format():
-    parsed = bench_telemetry.parse_prometheus(SGLANG_METRICS)
+    parsed = telemetry.parse_prometheus(SGLANG_METRICS)
     assert parsed["sglang:num_running_reqs"][1] == (
         {"model_name": "meta-llama/Llama-3.1-8B-Instruct", "tp_rank": "0", "dp_rank": "1"},
         5.0,
     )
     assert parsed["sglang:prompt_tokens_total"][0][1] == 8.128902e06
     assert parsed["sglang:time_to_first_token_seconds_bucket"][1][0]["le"] == "+Inf"
-    sample = bench_telemetry.server_sample(parsed)
+    sample = telemetry.server_sample(parsed)
     assert sample == {
         "num_running_reqs": 8.0,
         "num_queue_reqs": 1.0,
@@ -546,9 +547,7 @@ def test_prometheus_parsing_of_sglangs_format():
         "gen_throughput": 1600.0,
     }
     assert (
-        bench_telemetry.server_sample(bench_telemetry.parse_prometheus('x{a="q\\"uo,te}"} 1\n'))[
-            "num_running_reqs"
-        ]
+        telemetry.server_sample(telemetry.parse_prometheus('x{a="q\\"uo,te}"} 1\n'))["num_running_reqs"]
         is None
     )
 
@@ -566,7 +565,7 @@ def test_telemetry_per_level_server_and_gpus(tmp_path, monkeypatch):
         "SGLANG_BENCH_NVIDIA_SMI", _fake_nvidia_smi(tmp_path, ["0, 1000, 50, 300.5", "1, 2000, [N/A], [N/A]"])
     )
     with FakeServer(step_s=0.01, first_s=0.01, metrics=SGLANG_METRICS) as srv:
-        cfg = bench.make_config(
+        cfg = loadgen.make_config(
             srv.url,
             concurrency=[2],
             num_prompts=6,
@@ -575,7 +574,7 @@ def test_telemetry_per_level_server_and_gpus(tmp_path, monkeypatch):
             warmup=0,
             telemetry_interval=0.05,
         )
-        out = bench.run_benchmark(cfg)
+        out = loadgen.run_benchmark(cfg)
         assert srv.state.metrics_scrapes >= 2
     tele = out["levels"][0]["telemetry"]
     server = tele["server"]
@@ -594,8 +593,10 @@ def test_telemetry_per_level_server_and_gpus(tmp_path, monkeypatch):
 def test_telemetry_without_gpus_or_metrics_says_absent(monkeypatch):
     monkeypatch.setenv("SGLANG_BENCH_NVIDIA_SMI", "/nonexistent/nvidia-smi")
     with FakeServer(step_s=0.001, first_s=0.002) as srv:
-        cfg = bench.make_config(srv.url, concurrency=[1], num_prompts=2, output_len=3, input_len=4, warmup=0)
-        out = bench.run_benchmark(cfg)
+        cfg = loadgen.make_config(
+            srv.url, concurrency=[1], num_prompts=2, output_len=3, input_len=4, warmup=0
+        )
+        out = loadgen.run_benchmark(cfg)
     tele = out["levels"][0]["telemetry"]
     assert tele["gpu"] == "absent"
     # the level's seconds outside warm-up and measurement, by step (a record's tool_s holds them)
@@ -604,15 +605,15 @@ def test_telemetry_without_gpus_or_metrics_says_absent(monkeypatch):
     assert all(v >= 0 for v in between.values())
     assert tele["server"]["available"] is False and "404" in tele["server"]["error"]
     assert tele["server"]["metrics"]["num_running_reqs"] == {"mean": None, "max": None}
-    off = bench.make_config("http://127.0.0.1:1", telemetry=False)
+    off = loadgen.make_config("http://127.0.0.1:1", telemetry=False)
     assert off["telemetry"] is False
     assert os.environ["SGLANG_BENCH_NVIDIA_SMI"] == "/nonexistent/nvidia-smi"
 
 
 def test_a_between_levels_check_stops_the_ladder_and_the_search(monkeypatch):
-    monkeypatch.setattr(bench, "keep_going", lambda cfg, level: level.get("request_rate") != 20.0)
+    monkeypatch.setattr(loadgen, "keep_going", lambda cfg, level: level.get("request_rate") != 20.0)
     with FakeServer(step_s=0.001, first_s=0.002) as srv:
-        cfg = bench.make_config(
+        cfg = loadgen.make_config(
             srv.url,
             concurrency=[1],
             request_rates=[20, 40],
@@ -622,7 +623,7 @@ def test_a_between_levels_check_stops_the_ladder_and_the_search(monkeypatch):
             warmup=0,
             slo={"ttft_p99_ms": 5000, "search": True},
         )
-        out = bench.run_benchmark(cfg)
+        out = loadgen.run_benchmark(cfg)
     assert [lv["request_rate"] for lv in out["levels"]] == [None, 20.0]
     assert "slo_search" not in out["summary"]
     calls = []
@@ -651,7 +652,7 @@ def test_per_request_connections_open_one_connection_per_request(connection, rat
             output_len=3,
             connection=connection,
         )
-        out = bench.run_benchmark(cfg)
+        out = loadgen.run_benchmark(cfg)
         peers = list(srv.state.peers)
     assert out["config"]["connection"] == connection
     assert out["levels"][0]["completed"] == 4 and len(peers) == 4
@@ -659,7 +660,7 @@ def test_per_request_connections_open_one_connection_per_request(connection, rat
 
 
 def test_an_unknown_connection_mode_is_refused_before_any_request():
-    with pytest.raises(bench.BenchError, match="connection must be one of keep_alive, per_request"):
+    with pytest.raises(loadgen.BenchError, match="connection must be one of keep_alive, per_request"):
         rate_config("http://127.0.0.1:1", request_rates=[4], connection="pooled")
 
 
@@ -674,14 +675,14 @@ def test_a_load_is_validated_once_per_key_not_per_layout():
         "progress_file": "/tmp/r1-tp8-1.progress",
         "rid_prefix": "r1-host-tp8",
     }
-    key = bench_common.load_key(base)
+    key = common.load_key(base)
     next_layout = {
         **base,
         "url": "http://127.0.0.1:30010",
         "progress_file": "/tmp/r1-ep8-2.progress",
         "rid_prefix": "r1-host-ep8",
     }
-    assert bench_common.load_key(next_layout) == key
+    assert common.load_key(next_layout) == key
     for change in (
         {"concurrency": [1, 0]},
         {"request_rates": [0]},
@@ -689,9 +690,9 @@ def test_a_load_is_validated_once_per_key_not_per_layout():
         {"url": "http://10.0.0.2:30000"},
         {"url": "not a url"},
     ):
-        assert bench_common.load_key({**base, **change}) != key, change
+        assert common.load_key({**base, **change}) != key, change
     # a url that names no server keeps itself in the key (check mode refuses it, layout after layout)
-    assert "not a url" in bench_common.load_key({**base, "url": "not a url"})
+    assert "not a url" in common.load_key({**base, "url": "not a url"})
 
 
 def test_telemetry_stop_ends_an_nvidia_smi_that_ignores_sigterm_and_keeps_its_rows(tmp_path, monkeypatch):
@@ -701,7 +702,7 @@ def test_telemetry_stop_ends_an_nvidia_smi_that_ignores_sigterm_and_keeps_its_ro
     )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("SGLANG_BENCH_NVIDIA_SMI", str(script))
-    tele = bench_telemetry.Telemetry("http://127.0.0.1:1", interval=0.05).start()
+    tele = telemetry.Telemetry("http://127.0.0.1:1", interval=0.05).start()
     proc = tele._proc
     for _ in range(3000):  # the first row, read by the reader thread (a generous ceiling, not a timing)
         if tele.gpu_rows:

@@ -8,7 +8,8 @@ the rule's floor (1 s) sits far from both, so no verdict depends on the machine'
 from __future__ import annotations
 
 import pytest
-from sglang_layouts import bench, bench_common, bench_stall
+from sglang_layouts.bench import common, loadgen
+from sglang_layouts.bench import stall as bench_stall
 
 from tests.helpers.bench_server import FakeServer
 
@@ -17,7 +18,7 @@ FLOOR_S = 1.0
 
 
 def _cfg(url, levels, **kw):
-    return bench.make_config(
+    return loadgen.make_config(
         url,
         concurrency=levels,
         input_len=8,
@@ -52,7 +53,7 @@ def _level(c, ttft_p50, gap, itl_p90=40.0, itl_p99=120.0):
         "mode": "concurrency",
         "concurrency": c,
         "completed": 4 * c,
-        "ttft_ms": dict(bench_common.stats([ttft_p50]), p50=ttft_p50),
+        "ttft_ms": dict(common.stats([ttft_p50]), p50=ttft_p50),
         "itl_ms": {"mean": 30.0, "p50": 30.0, "p90": itl_p90, "p99": itl_p99},
         "progress_gap_ms": gap,
         "progress_gap_at_s": 0.0,
@@ -88,7 +89,7 @@ def test_with_the_level_warm_up_a_compiling_server_is_measured_warm():
     with FakeServer(step_s=0.005, first_s=0.01, compile_s=COMPILE_S) as srv:
         cfg = _cfg(srv.url, [1, 4])
         lines = []
-        out = bench.run_benchmark(cfg, progress=lines.append, keep_requests=True)
+        out = loadgen.run_benchmark(cfg, progress=lines.append, keep_requests=True)
         pauses = list(srv.state.pauses)
         arrivals = {e["rid"]: e["arrival"] for e in srv.settled()}
     lv1, lv4 = out["levels"]
@@ -109,7 +110,7 @@ def test_without_the_warm_up_the_stall_is_caught_marked_and_measured_again():
     with FakeServer(step_s=0.005, first_s=0.01, compile_s=COMPILE_S) as srv:
         cfg = _cfg(srv.url, [1, 4], warmup=0)
         lines = []
-        out = bench.run_benchmark(cfg, progress=lines.append, keep_requests=True)
+        out = loadgen.run_benchmark(cfg, progress=lines.append, keep_requests=True)
         pauses = list(srv.state.pauses)
     lv1, lv4 = out["levels"]
     assert lv1["stall"]["detected"] is False and lv1["warmup"] is None
@@ -150,7 +151,7 @@ def test_a_stall_inside_a_warm_level_is_caught_and_a_repeated_one_said_so(persis
     with FakeServer(step_s=0.005, first_s=0.01, compile_s=COMPILE_S, compiled=range(1, 9)) as srv:
         cfg = _cfg(srv.url, [4])
         srv.state.stall_rids = ("-r6",) if persists else (f"{cfg['rid_prefix']}-l0-r6",)
-        out = bench.run_benchmark(cfg)
+        out = loadgen.run_benchmark(cfg)
     (lv,) = out["levels"]
     assert lv["stall"]["detected"] is True and lv["stall"]["persisted"] is persists
     assert lv["stall"]["first"]["progress_gap_ms"] >= 1000 * (COMPILE_S - 0.5)
@@ -160,7 +161,7 @@ def test_a_stall_inside_a_warm_level_is_caught_and_a_repeated_one_said_so(persis
 
 def test_stall_check_off_and_bad_settings():
     with FakeServer(step_s=0.005, first_s=0.01, compile_s=COMPILE_S) as srv:
-        out = bench.run_benchmark(_cfg(srv.url, [2], warmup=0, stall_check=False))
+        out = loadgen.run_benchmark(_cfg(srv.url, [2], warmup=0, stall_check=False))
     (lv,) = out["levels"]
     assert lv["stall"] is None and lv["progress_gap_ms"] >= 1000 * (COMPILE_S - 0.5)
     for kw, needle in (
@@ -168,13 +169,13 @@ def test_stall_check_off_and_bad_settings():
         ({"stall_factor": 0.5}, "stall_factor"),
         ({"level_warmup_timeout": 0}, "level_warmup_timeout"),
     ):
-        with pytest.raises(bench.BenchError, match=needle):
-            bench.make_config("http://127.0.0.1:1", **kw)
+        with pytest.raises(loadgen.BenchError, match=needle):
+            loadgen.make_config("http://127.0.0.1:1", **kw)
 
 
 def test_the_warm_up_is_cut_at_its_time_bound_and_says_so():
     with FakeServer(step_s=0.005, first_s=0.01, compile_s=COMPILE_S) as srv:
-        out = bench.run_benchmark(_cfg(srv.url, [2], level_warmup_timeout=0.5, stall_check=False))
+        out = loadgen.run_benchmark(_cfg(srv.url, [2], level_warmup_timeout=0.5, stall_check=False))
     (lv,) = out["levels"]
     w = lv["warmup"]
     assert w["cut"] is True and w["timed_out"] == 2 and w["limit_s"] == 0.5
@@ -183,7 +184,7 @@ def test_the_warm_up_is_cut_at_its_time_bound_and_says_so():
 
 
 def test_the_report_shows_a_stalled_level_with_both_figures_and_ranks_by_the_second(tmp_path):
-    from sglang_layouts import report
+    from sglang_layouts.report import compare
 
     from tests.helpers.records import level, store
 
@@ -202,7 +203,7 @@ def test_the_report_shows_a_stalled_level_with_both_figures_and_ranks_by_the_sec
     store(str(tmp_path), "run1", "h200", "ep8", levels, plan={"verdict": "fits"}, engine="sglang")
     other = [level(1, 200.0, 200.0, 90.0), level(16, 1350.0, 80, 320.0)]
     store(str(tmp_path), "run1", "h200", "tp8", other, plan={"verdict": "fits"}, engine="sglang")
-    out = report.build_report(str(tmp_path), "run1", plots=False)
+    out = compare.build_report(str(tmp_path), "run1", plots=False)
     md = out["markdown"]
     assert "Levels measured again after a stall" in md
     line = next(ln for ln in md.splitlines() if ln.startswith("- ep8") and "c=16" in ln)
@@ -287,18 +288,18 @@ def test_no_level_of_the_qwen3_and_kimi_records_is_called_stalled():
 
 
 def test_after_the_sweep_a_level_slower_to_first_token_than_a_heavier_one_is_measured_again():
-    """bench.recheck_against_above over real levels: the stalled one is measured once more, both kept."""
+    """loadgen.recheck_against_above over real levels: the stalled one is measured once more, both kept."""
     with FakeServer(step_s=0.005, first_s=0.01, compile_s=COMPILE_S, compiled=range(1, 9)) as srv:
         cfg = _cfg(srv.url, [1, 2, 4])
         lines = []
-        out = bench.run_benchmark(cfg, progress=lines.append)
+        out = loadgen.run_benchmark(cfg, progress=lines.append)
         levels = out["levels"]
         assert all(lv["stall"]["detected"] is False for lv in levels)
         # the c=2 level as the record of issue #28 had it: its first tokens 5 s late, far past c=4's
         slow = dict(levels[1], ttft_ms=dict(levels[1]["ttft_ms"], p50=5000.0))
         levels[1] = slow
-        bench.recheck_against_above(
-            cfg, bench.level_specs(cfg), levels, {"max_running_requests": 8}, lines.append
+        loadgen.recheck_against_above(
+            cfg, loadgen.level_specs(cfg), levels, {"max_running_requests": 8}, lines.append
         )
     again = levels[1]
     assert again["stall"]["detected"] is True and again["stall"]["persisted"] is False

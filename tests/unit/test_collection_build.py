@@ -93,14 +93,14 @@ def test_the_rewrite_touches_only_the_shared_codes_imports(build_collection):
     src = (
         "from ansible.module_utils.basic import AnsibleModule\n"
         "from ansible.module_utils.sglang_layouts import gpu\n"
-        "from ansible.module_utils.sglang_layouts.health_gate import wait_ready\n"
+        "from ansible.module_utils.sglang_layouts.gate.readiness import wait_ready\n"
         "# ansible.module_utils.sglang_layoutsX is another name\n"
     )
     out = build_collection.rewrite_imports(src)
     assert out.splitlines() == [
         "from ansible.module_utils.basic import AnsibleModule",
         "from ansible_collections.sglang.layouts.plugins.module_utils.sglang_layouts import gpu",
-        "from ansible_collections.sglang.layouts.plugins.module_utils.sglang_layouts.health_gate import wait_ready",
+        "from ansible_collections.sglang.layouts.plugins.module_utils.sglang_layouts.gate.readiness import wait_ready",
         "# ansible.module_utils.sglang_layoutsX is another name",
     ]
 

@@ -1,12 +1,15 @@
 """engines.py is the one place that knows an engine: the simulator is an entry of its own (SIM, asked
-`.simulated`, never compared by name), and render.py's serving flags come from each Engine's
+`.simulated`, never compared by name), and serve/render.py's serving flags come from each Engine's
 serving_flags, not from a second table."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from sglang_layouts import engines, plan_pd, render, report, results
+from sglang_layouts import engines
+from sglang_layouts.plan import pd
+from sglang_layouts.report import compare, results
+from sglang_layouts.serve import render
 
 SPEC = type("Spec", (), {"path": "/models/m", "name": "m"})
 LAY = {"enable_dp_attention": False}
@@ -37,11 +40,11 @@ def test_every_site_asks_the_engine_whether_it_is_the_simulator():
         False,
         False,
     ]
-    assert plan_pd.pd_engine({"engine": "SIM"}) == "sim"
-    assert plan_pd.pd_engine({"engine": "vllm"}) == plan_pd.pd_engine({}) == "sglang"
-    assert plan_pd.pd_engine({"engine": "tgi"}) == "sglang"  # pd_engine never refuses a name
-    assert report.engine_of({"simulated": True}) == "sim"
-    assert report.engine_of({"simulated": False}) == "sglang"
+    assert pd.pd_engine({"engine": "SIM"}) == "sim"
+    assert pd.pd_engine({"engine": "vllm"}) == pd.pd_engine({}) == "sglang"
+    assert pd.pd_engine({"engine": "tgi"}) == "sglang"  # pd_engine never refuses a name
+    assert compare.engine_of({"simulated": True}) == "sim"
+    assert compare.engine_of({"simulated": False}) == "sglang"
     for engine, simulated in (("sim", True), ("sglang", False), ("vllm", False), (None, False)):
         rec = results.build_record("20260101-000000", "h", "l", "ok", engine=engine)
         assert rec["simulated"] is simulated

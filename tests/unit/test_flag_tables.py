@@ -8,8 +8,9 @@ import json
 
 import pytest
 import yaml
-from sglang_layouts import engines, planner
-from sglang_layouts.model import PlanError
+from sglang_layouts import engines
+from sglang_layouts.estimate.model import PlanError
+from sglang_layouts.plan import planner
 from test_planner import DEMO_SERVING, SEED_BOX
 
 TABLES = engines.sglang_flag_tables()

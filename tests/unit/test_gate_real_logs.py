@@ -14,7 +14,7 @@ chunks of lines per read (ScriptedFollower).
 from pathlib import Path
 
 import pytest
-from sglang_layouts import health, health_gate, logclass
+from sglang_layouts.gate import health, logclass, readiness
 
 from tests.helpers.log_replay import Replay, ScriptedFollower, gate, parse
 from tests.helpers.net import free_port
@@ -117,7 +117,7 @@ def test_an_exit_seen_before_the_traceback_is_read_waits_for_its_final_exception
     # the traceback's header come at once, the rest a second later (journald after a SIGKILL).
     # The quiet bound is raised far above that second, so the verdict cannot depend on how fast
     # this machine runs: only reading the whole traceback gives the class and the evidence.
-    monkeypatch.setattr(health_gate, "TRACEBACK_QUIET_S", 30.0)
+    monkeypatch.setattr(readiness, "TRACEBACK_QUIET_S", 30.0)
     cls, line_start = expected
     lines = _engine_lines(name)
     header = next(i for i, ln in enumerate(lines) if "Scheduler hit an exception" in ln)
@@ -138,7 +138,7 @@ def test_an_exit_seen_before_the_traceback_is_read_waits_for_its_final_exception
 def _live_failure(monkeypatch, name):
     """The gate's failure over a real log read 4 lines at a time while the process lives: the
     verdict can come from the log's content alone (a traceback stays open for 30 s of quiet)."""
-    monkeypatch.setattr(health_gate, "TRACEBACK_QUIET_S", 30.0)
+    monkeypatch.setattr(readiness, "TRACEBACK_QUIET_S", 30.0)
     lines = _engine_lines(name)
     follower = ScriptedFollower([lines[i : i + 4] for i in range(0, len(lines), 4)])
     with pytest.raises(health.HealthFailure) as exc:

@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-from sglang_layouts import gpu, planner
+from sglang_layouts import gpu
+from sglang_layouts.plan import planner
 
 from tests.helpers import ansible_module
 from tests.helpers.gpu_fakes import fake_nvidia_smi

@@ -11,7 +11,7 @@ import json
 import threading
 
 import pytest
-from sglang_layouts import health, health_preflight
+from sglang_layouts.gate import health, preflight
 
 from tests.helpers.engine_fakes import (
     HANG_S,
@@ -167,9 +167,9 @@ def test_preflight_imports_the_transfer_backend_with_the_units_environment(tmp_p
         tmp_path / "ok", "import os\nassert os.environ.get('UNIT_MARK') == 'yes', 'not the unit env'\n"
     )
     env = {"PYTHONPATH": path, "UNIT_MARK": "yes"}
-    assert health_preflight.import_problems(sys.executable, MOONCAKE, env) == []
+    assert preflight.import_problems(sys.executable, MOONCAKE, env) == []
     # the same module without the unit's variable fails: the check ran with exactly `env`
-    bad = health_preflight.import_problems(sys.executable, MOONCAKE, {"PYTHONPATH": path})
+    bad = preflight.import_problems(sys.executable, MOONCAKE, {"PYTHONPATH": path})
     assert len(bad) == 1 and "not the unit env" in bad[0]
     # through preflight(): one problem more, the others unchanged
     with listening() as port:
@@ -197,12 +197,12 @@ def test_a_missing_shared_library_names_the_library_and_the_fix(tmp_path):
         tmp_path,
         "raise ImportError('libibverbs.so.1: cannot open shared object file: No such file or directory')\n",
     )
-    (msg,) = health_preflight.import_problems(sys.executable, MOONCAKE, {"PYTHONPATH": path})
+    (msg,) = preflight.import_problems(sys.executable, MOONCAKE, {"PYTHONPATH": path})
     assert msg.startswith("pd.transfer_backend mooncake_tcp needs the Python module mooncake.engine")
     assert "ImportError: libibverbs.so.1: cannot open shared object file" in msg
     assert "LD_LIBRARY_PATH" in msg and "sglang_venv_packages" in msg
     # a Python that is not there: said, not raised
-    (msg,) = health_preflight.import_problems(str(tmp_path / "nope" / "python"), MOONCAKE, {})
+    (msg,) = preflight.import_problems(str(tmp_path / "nope" / "python"), MOONCAKE, {})
     assert "build the engine's venv first" in msg
 
 

@@ -7,7 +7,7 @@ The scripted events are timed from the gate's start, and the timeouts are hang c
 import threading
 
 import pytest
-from sglang_layouts import health
+from sglang_layouts.gate import health
 
 from tests.helpers.engine_fakes import (
     HANG_S,

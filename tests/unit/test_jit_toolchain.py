@@ -8,8 +8,8 @@ import os
 import sys
 
 import pytest
-from sglang_layouts import jit_toolchain
 from sglang_layouts.engines import role_facts
+from sglang_layouts.serve import jit_toolchain
 
 SGLANG_NEEDS = ["nvcc", "ninja", "c++", "flashinfer data"]
 

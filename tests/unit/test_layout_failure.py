@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sglang_layouts.layout_failure import layout_failure
+from sglang_layouts.gate.failure import layout_failure
 
 GATE = {
     "failed": True,

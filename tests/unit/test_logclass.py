@@ -5,7 +5,7 @@ fatal must not classify; across a traceback the specific line beats the generic 
 """
 
 import pytest
-from sglang_layouts import logclass
+from sglang_layouts.gate import logclass
 
 PREFIX = "[2026-11-29 10:00:00 TP3] "
 

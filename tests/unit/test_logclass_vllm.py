@@ -10,7 +10,7 @@ cause logged before it.
 from pathlib import Path
 
 import pytest
-from sglang_layouts import logclass
+from sglang_layouts.gate import logclass
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
 EC = "(EngineCore pid=5738) ERROR 11-29 15:43:15 [core.py:1510] "

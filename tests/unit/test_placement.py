@@ -1,7 +1,7 @@
 """A layout is a list of units: the planner's units and placement, the stop order, the nodes' outcome."""
 
 import pytest
-from sglang_layouts import placement, planner
+from sglang_layouts.plan import placement, planner
 
 SERVING = {
     "mem_fraction_static": 0.88,

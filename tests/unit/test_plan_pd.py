@@ -4,10 +4,10 @@ the refusals, one row of the plan table; its units are the layout's, as for repl
 import json
 
 import pytest
-from sglang_layouts import planner
-from sglang_layouts.model import PlanError
-from sglang_layouts.placement import argv_problems, router_workers, stop_order
-from sglang_layouts.plan_table import plan_table
+from sglang_layouts.estimate.model import PlanError
+from sglang_layouts.plan import planner
+from sglang_layouts.plan.placement import argv_problems, router_workers, stop_order
+from sglang_layouts.plan.table import plan_table
 
 from tests.helpers.demo import DEMO_SERVING, SEED_BOX
 
@@ -435,7 +435,7 @@ def _pd_paths():
 
 
 def test_no_raw_python_error_for_pd_values_of_any_type():
-    from sglang_layouts.plan_validate import plan_outcome
+    from sglang_layouts.plan.validate import plan_outcome
 
     raw = []
     for path in _pd_paths():

@@ -1,9 +1,10 @@
-"""One rule per kind of value (plan_validate.py, names.py): what the matrix's refusals do not show."""
+"""One rule per kind of value (plan/validate.py, names.py): what the matrix's refusals do not show."""
 
 import pytest
-from sglang_layouts import plan_table, planner, results
 from sglang_layouts.names import layout_name_problem
-from sglang_layouts.plan_validate import plan_outcome
+from sglang_layouts.plan import planner, table
+from sglang_layouts.plan.validate import plan_outcome
+from sglang_layouts.report import results
 
 from tests.helpers.demo import DEMO_SERVING, SEED_BOX
 
@@ -38,18 +39,18 @@ def test_replicas_over_two_hosts_count_the_gpus_of_both(repo):
     serving = {**DEMO_SERVING, "host": "0.0.0.0", "api_key_set": True}
     doc = planner.plan_host(_inputs(repo, [{"name": "r", "tp": 8, "replicas": 2}], serving, hosts=("a", "b")))
     assert doc["layouts"][0]["gpus_used"] == 16
-    row = next(line for line in plan_table.plan_table(doc) if line.startswith("r "))
+    row = next(line for line in table.plan_table(doc) if line.startswith("r "))
     assert "16 of 16" in row, row
 
 
 def test_make_plan_says_which_flags_the_inventory_adds_and_why(repo):
     site = {**DEMO_SERVING, "reason": "the seed box"}
-    lines = plan_table.plan_table(planner.plan_host(_inputs(repo, [{"name": "tp8", "tp": 8}], site)))
+    lines = table.plan_table(planner.plan_host(_inputs(repo, [{"name": "tp8", "tp": 8}], site)))
     assert "--attention-backend triton (sglang_attention_backend)" in lines[1]
     assert "--trust-remote-code (sglang_trust_remote_code)" in lines[1] and lines[2] == "  why: the seed box"
     assert lines[3].startswith("model config: ") and "(sglang_model.path)" in lines[3]
     bare = {"mem_fraction_static": None, "context_length": None}
-    lines = plan_table.plan_table(planner.plan_host(_inputs(repo, [{"name": "tp8", "tp": 8}], bare)))
+    lines = table.plan_table(planner.plan_host(_inputs(repo, [{"name": "tp8", "tp": 8}], bare)))
     # the budget the planner checks is always passed; nothing else
     assert lines[1].endswith("every layout: --mem-fraction-static 0.88 (sglang_mem_fraction_static)")
 
@@ -100,7 +101,7 @@ def test_a_public_bind_with_the_key_plans_and_the_replicas_reach_the_router(repo
 
 
 def test_the_stop_path_knows_only_the_plans_names_and_all(repo):
-    from sglang_layouts import placement
+    from sglang_layouts.plan import placement
 
     doc = planner.plan_host(_inputs(repo, [{"name": "tp8", "tp": 8}]))
     assert placement.stop_order(doc, "a", "tp8")["all"] == ["sglang-kimi-k2-6-tp8.service"]
@@ -116,7 +117,7 @@ def test_a_copy_of_the_same_model_at_path_is_not_another_model(repo, tmp_path):
     is the same model; a config of another architecture or shape is refused."""
     import json
 
-    from sglang_layouts.model import load_model
+    from sglang_layouts.estimate.model import load_model
 
     given = repo / "models" / "kimi-k2.6" / "config.json"
     copy = json.loads(given.read_text())

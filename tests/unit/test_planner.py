@@ -9,8 +9,8 @@ import json
 import struct
 
 import pytest
-from sglang_layouts import planner
-from sglang_layouts.model import GIB, PlanError, load_model
+from sglang_layouts.estimate.model import GIB, PlanError, load_model
+from sglang_layouts.plan import planner
 
 from tests.helpers.demo import DEMO_SERVING, SEED_BOX
 
@@ -660,7 +660,7 @@ def test_other_layouts_conflict_with_the_replicas_units(repo):
 
 def test_a_plan_is_current_only_for_the_inputs_it_was_made_from(repo):
     # the roles skip sglang_plan for a current plan: any changed input must make it stale
-    from sglang_layouts.plan_inputs import plan_current
+    from sglang_layouts.plan.inputs import plan_current
 
     model = {"name": "kimi-k2.6", "path": str(repo / "models" / "kimi-k2.6")}
     inputs = {

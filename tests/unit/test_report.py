@@ -6,7 +6,7 @@ import csv
 import io
 import json
 
-from sglang_layouts import report, results
+from sglang_layouts.report import compare, results
 
 from tests.helpers.records import level as _level
 from tests.helpers.records import store
@@ -60,7 +60,7 @@ def test_rows_winners_and_files(tmp_path):
     rd = str(tmp_path)
     _fill(rd)
     results.update_latest(rd, "run1")
-    out = report.build_report(rd, None, plots=True)
+    out = compare.build_report(rd, None, plots=True)
     assert out["run_id"] == "run1" and out["rows"] == 4
     assert out["winners"]["single_request"]["layout"] == "ep8"
     assert out["winners"]["peak_throughput"] == {
@@ -97,7 +97,7 @@ def test_report_is_rebuilt_from_stored_results_and_prefers_the_latest_attempt(tm
     _store(
         rd, "pp8", 8, [_level(1, 36.9, 36.9, 45.0), _level(64, 396.0, 6.0, 400.0)]
     )  # forced rerun succeeded
-    out = report.build_report(rd, "run1", plots=False)
+    out = compare.build_report(rd, "run1", plots=False)
     md = out["markdown"]
     assert "failed: oom_at_load" not in md
     assert out["files"] == ["REPORT.md", "summary.csv", "summary.json"]
@@ -106,21 +106,21 @@ def test_report_is_rebuilt_from_stored_results_and_prefers_the_latest_attempt(tm
 def test_real_engine_rows_are_not_marked_simulated(tmp_path):
     rd = str(tmp_path)
     _store(rd, "tp8", 8, [_level(1, 26.0, 26.0, 50.0)], engine="sglang")
-    out = report.build_report(rd, "run1", plots=False)
+    out = compare.build_report(rd, "run1", plots=False)
     assert "SIMULATED" not in out["markdown"] and "simulated" not in out["markdown"].split("\n")[2:][0]
 
 
 def test_pareto_front():
     pts = [(10, 100), (20, 90), (15, 80), (5, 120), (20, 95)]
-    assert report.pareto_front(pts) == [(5, 120), (10, 100), (20, 95)]
+    assert compare.pareto_front(pts) == [(5, 120), (10, 100), (20, 95)]
 
 
 def test_cli_prints_the_table(tmp_path, capsys):
     rd = str(tmp_path)
     _fill(rd)
-    assert report.main(["--results-dir", rd, "--run-id", "run1", "--no-plots"]) == 0
+    assert compare.main(["--results-dir", rd, "--run-id", "run1", "--no-plots"]) == 0
     assert "| layout |" in capsys.readouterr().out
-    assert report.main(["--results-dir", rd, "--run-id", "nope", "--no-plots"]) == 2
+    assert compare.main(["--results-dir", rd, "--run-id", "nope", "--no-plots"]) == 2
 
 
 def test_a_simulated_row_never_beats_a_real_one(tmp_path):
@@ -128,7 +128,7 @@ def test_a_simulated_row_never_beats_a_real_one(tmp_path):
     # the simulator's cost model is faster than the real engine here; the real row must still win
     _store(rd, "sim-tp8", 8, [_level(1, 80.0, 80.0, 20.0), _level(4, 300.0, 75.0, 25.0)], engine="sim")
     _store(rd, "cpu-tp1", 1, [_level(1, 30.0, 30.0, 40.0), _level(4, 100.0, 25.0, 45.0)], engine="vllm")
-    win = report.winners(report.rows(results.load_run(rd, "run1")))
+    win = compare.winners(compare.rows(results.load_run(rd, "run1")))
     assert win["single_request"]["layout"] == "cpu-tp1" and not win["single_request"]["simulated"]
     assert win["peak_throughput"]["layout"] == "cpu-tp1"
 
@@ -147,7 +147,7 @@ def test_without_matplotlib_the_tables_are_written_and_the_plots_skipped(tmp_pat
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     rd = str(tmp_path)
     _fill(rd)
-    out = report.build_report(rd, "run1", plots=True)
+    out = compare.build_report(rd, "run1", plots=True)
     assert out["files"] == ["REPORT.md", "summary.csv", "summary.json"] and out["measured"] == 2
     md = (tmp_path / "run1" / "REPORT.md").read_text()
     assert "Plots skipped: matplotlib is not installed" in md and "Winner for peak throughput: ep8" in md
@@ -158,13 +158,13 @@ def test_the_tools_own_time_is_a_column_when_records_have_it(tmp_path):
     rd = str(tmp_path)
     _fill(rd)
     results.update_latest(rd, "run1")
-    md = report.build_report(rd, None, plots=False) and (tmp_path / "run1" / "REPORT.md").read_text()
+    md = compare.build_report(rd, None, plots=False) and (tmp_path / "run1" / "REPORT.md").read_text()
     assert "tool s" not in md  # records without timing: no empty column
     timing = results.layout_timing(
         {"start": 0, "ready": 12, "end": 40}, {"ready_after_s": 10}, [{"duration_s": 20}], 2
     )
     _store(rd, "dp-attention", 8, [_level(1, 30.0, 30.0, 45.0)], timing=timing)
-    report.build_report(rd, None, plots=False)
+    compare.build_report(rd, None, plots=False)
     md = (tmp_path / "run1" / "REPORT.md").read_text()
     header = next(line for line in md.splitlines() if line.startswith("| layout"))
     assert "| ready s | tool s |" in header
@@ -185,7 +185,7 @@ def test_a_pd_layout_is_compared_on_the_same_columns_with_its_ttft_split(tmp_pat
     pd_levels[0].update({"ttft_prefill_ms": 30.0, "ttft_transfer_ms": 2.0, "ttft_split": {"measured": True}})
     _store(rd, "pd44", 8, pd_levels)
     results.update_latest(rd, "run1")
-    report.build_report(rd, None, plots=False)
+    compare.build_report(rd, None, plots=False)
     md = (tmp_path / "run1" / "REPORT.md").read_text()
     header = [
         c.strip()

@@ -9,8 +9,9 @@ import io
 import json
 
 import pytest
-from sglang_layouts import engines, report, results
-from sglang_layouts.model import PlanError
+from sglang_layouts import engines
+from sglang_layouts.estimate.model import PlanError
+from sglang_layouts.report import compare, results
 
 from tests.helpers.records import level as _level
 from tests.helpers.records import store
@@ -54,7 +55,7 @@ def test_a_sweep_of_two_engines_on_one_host(tmp_path):
         msg="No available memory for the cache blocks",
         extra={"order": 2},
     )
-    out = report.build_report(rd, "mixed", plots=True)
+    out = compare.build_report(rd, "mixed", plots=True)
     md = out["markdown"]
     header = next(line for line in md.splitlines() if line.startswith("| layout"))
     assert header.startswith("| layout | engine | GPUs |")
@@ -80,7 +81,7 @@ def test_simulated_rows_stay_marked_beside_a_real_engine(tmp_path):
     rd = str(tmp_path)
     _store(rd, "ep8", "sim", [_level(1, 65.0, 65.0, 40.0)], extra={"order": 0})
     _store(rd, "cpu-tp1", "vllm", [_level(1, 20.0, 20.0, 60.0)], extra={"order": 1})
-    md = report.build_report(rd, "mixed", plots=False)["markdown"]
+    md = compare.build_report(rd, "mixed", plots=False)["markdown"]
     assert "SIMULATED" in md
     assert "| ep8 (simulated) | sim |" in md and "| cpu-tp1 (vllm) | vllm |" in md
     # a measured row beats a faster simulated one: the simulator's speed is a cost model
@@ -90,15 +91,15 @@ def test_simulated_rows_stay_marked_beside_a_real_engine(tmp_path):
 def test_single_engine_run_shows_the_engine_column_without_tags(tmp_path):
     rd = str(tmp_path)
     _store(rd, "cpu-tp1", "vllm", [_level(1, 20.0, 20.0, 60.0), _level(4, 60.0, 15.0, 90.0)])
-    md = report.build_report(rd, "mixed", plots=False)["markdown"]
+    md = compare.build_report(rd, "mixed", plots=False)["markdown"]
     assert "| cpu-tp1 | vllm |" in md
     assert "**Winner for single-request speed: cpu-tp1**: 20.0" in md
 
 
 def test_old_records_without_an_engine_field(tmp_path):
-    assert report.engine_of({"simulated": True}) == "sim"
-    assert report.engine_of({"prediction": {"engine": "vllm"}}) == "vllm"
-    assert report.engine_of({}) == "sglang"
+    assert compare.engine_of({"simulated": True}) == "sim"
+    assert compare.engine_of({"prediction": {"engine": "vllm"}}) == "vllm"
+    assert compare.engine_of({}) == "sglang"
 
 
 def test_the_roles_read_each_engines_label_venv_whether_it_is_simulated_and_its_jit_tools():

@@ -7,7 +7,9 @@ import io
 import json
 
 import pytest
-from sglang_layouts import bench, bench_slo, report, results
+from sglang_layouts.bench import loadgen
+from sglang_layouts.bench import slo as bench_slo
+from sglang_layouts.report import compare, results
 
 SLO = {"ttft_p99_ms": 2000.0, "itl_p99_ms": 50.0}
 
@@ -34,7 +36,7 @@ def _lv(rate, tok, ttft_p99, met, goodput, mode="rate", concurrency=None):
 
 
 def _store(rd, layout, gpus, levels, engine="sglang", cost=2.5, run="slo"):
-    summary = bench.summarize(levels)
+    summary = loadgen.summarize(levels)
     rec = results.build_record(
         run,
         "h200",
@@ -76,7 +78,7 @@ def test_winner_under_the_slo_is_the_best_goodput_not_the_peak(tmp_path):
     cost = tp8["cost_per_mtok"]
     assert cost["peak"] == pytest.approx(2.5 * 8 / 3600 / 1200.0 * 1e6)
     assert cost["slo"] == pytest.approx(2.5 * 8 / 3600 / 650.0 * 1e6)
-    out = report.build_report(rd, "slo", plots=True)
+    out = compare.build_report(rd, "slo", plots=True)
     win = out["winners"]
     assert win["peak_throughput"]["layout"] == "tp8"
     assert win["goodput_under_slo"]["layout"] == "ep8" and win["goodput_under_slo"]["slo_max_rate"] == 8.0
@@ -100,7 +102,7 @@ def test_simulated_rows_stay_marked_and_never_win_under_the_slo(tmp_path):
     rd = str(tmp_path)
     _store(rd, "sim-ep8", 8, [_lv(8.0, 5000.0, 10.0, True, 5000.0)], engine="sim")
     _store(rd, "tp1", 1, [_lv(1.0, 30.0, 100.0, True, 30.0)], engine="vllm")
-    out = report.build_report(rd, "slo", plots=False)
+    out = compare.build_report(rd, "slo", plots=False)
     w = out["winners"]["goodput_under_slo"]
     assert w["layout"] == "tp1" and not w["simulated"]
     assert "sim-ep8 [simulated]: max rate under the SLO" in out["markdown"]
@@ -109,7 +111,7 @@ def test_simulated_rows_stay_marked_and_never_win_under_the_slo(tmp_path):
 def test_no_layout_meeting_the_slo_is_said(tmp_path):
     rd = str(tmp_path)
     _store(rd, "tp8", 8, [_lv(1.0, 100.0, 9000.0, False, 0.0)])
-    md = report.build_report(rd, "slo", plots=False)["markdown"]
+    md = compare.build_report(rd, "slo", plots=False)["markdown"]
     assert "Winner under the SLO (itl_p99_ms <= 50, ttft_p99_ms <= 2000): none (no layout met it)" in md
 
 
@@ -143,12 +145,12 @@ def test_a_record_of_the_old_schema_still_loads(tmp_path):
     }
     (rd / "old" / "box").mkdir(parents=True)
     (rd / "old" / "box" / "tp8.json").write_text(json.dumps(old))
-    out = report.build_report(str(rd), "old", plots=True)
+    out = compare.build_report(str(rd), "old", plots=True)
     assert out["winners"]["peak_throughput"]["layout"] == "tp8" and "goodput_under_slo" not in out["winners"]
     md = out["markdown"]
     assert "under SLO" not in md.split("\n\n")[1]  # no empty SLO / cost columns
     assert "rate_throughput.png" not in out["files"] and "throughput.png" in out["files"]
-    row = report.rows(results.load_run(str(rd), "old"))[0]
+    row = compare.rows(results.load_run(str(rd), "old"))[0]
     assert row["slo_max_rate"] is None and row["cost_peak"] is None
 
 
@@ -161,7 +163,7 @@ def test_a_pass_above_a_missed_rate_is_said_and_not_counted(tmp_path):
         {"slo": slo}, levels, lambda rate, step: _lv(rate, 300.0 * rate, 500.0, rate <= 2.0, 290.0 * rate)
     )
     assert search["slo_max_rate"] == 2.0 and search["met_above_bracket"] == ["inf"]
-    summary = {**bench.summarize(levels, slo_max_rate=search["slo_max_rate"]), "slo_search": search}
+    summary = {**loadgen.summarize(levels, slo_max_rate=search["slo_max_rate"]), "slo_search": search}
     rec = results.build_record(
         "slo",
         "h200",
@@ -172,6 +174,6 @@ def test_a_pass_above_a_missed_rate_is_said_and_not_counted(tmp_path):
         gpu_hour_cost=2.5,
     )
     results.write_record(str(tmp_path), rec)
-    md = report.build_report(str(tmp_path), "slo", plots=False)["markdown"]
+    md = compare.build_report(str(tmp_path), "slo", plots=False)["markdown"]
     assert "tp1-fp8kv: max rate under the SLO 2.00 req/s" in md
     assert "met it again at inf req/s above the missed 3.00 req/s (not counted" in md

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from sglang_layouts import results
+from sglang_layouts.report import results
 
 from tests.helpers.records import assert_timing_adds_up
 
@@ -117,7 +117,7 @@ def test_new_run_id_is_a_sortable_utc_stamp():
 
 
 def test_cost_per_mtok_at_peak_and_under_the_slo():
-    from sglang_layouts import results as r
+    from sglang_layouts.report import results as r
 
     c = r.cost_per_mtok(3.6, 8, {"peak_output_tok_s": 1000.0, "slo_goodput_tok_s": 400.0})
     # 3.6 $/GPU-h x 8 GPUs = 28.8 $/h = 0.008 $/s; 1000 tok/s -> 8 $ per 1M tokens
@@ -159,7 +159,7 @@ def test_layout_timing_is_the_wall_time_less_the_engines_start_levels_and_stop()
 
 def test_layout_timing_keeps_the_warm_ups_and_a_stalled_first_measurement_apart_from_the_tool():
     # the levels' warm-ups are the engine's work (warmup_s); a level measured again after a stall
-    # counts both of its measurements in bench_s (bench.measure_level keeps the first under stall.first)
+    # counts both of its measurements in bench_s (loadgen.measure_level keeps the first under stall.first)
     levels = [
         {"duration_s": 10.0, "warmup": {"seconds": 0.5}},
         {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 
 import yaml
-from sglang_layouts import results
+from sglang_layouts.report import results
 
 HOST = {
     "gpu_count": 8,

@@ -1,13 +1,15 @@
-"""The layout search (search.py, search_calibrate.py): enumeration through the planner's own rules,
+"""The layout search (plan/search.py, plan/calibrate.py): enumeration through the planner's own rules,
 the ranking, the names, the refit on measured levels, the stop rule, Kendall tau, the report section."""
 
 import json
 
 import pytest
 import yaml
-from sglang_layouts import plan_table, planner, results, search, search_calibrate, speed
-from sglang_layouts.model import PlanError
+from sglang_layouts.estimate import speed
+from sglang_layouts.estimate.model import PlanError
 from sglang_layouts.names import layout_name_problem
+from sglang_layouts.plan import calibrate, planner, search, table
+from sglang_layouts.report import results
 
 from tests.helpers.demo import DEMO_SERVING, SEED_BOX
 
@@ -71,7 +73,7 @@ def test_the_ranking_follows_the_objective_and_shows_the_hand_written_layouts(pe
     assert sec["shortlist"] == auto[:3]
     marked = [e["name"] for e in peak_plan["layouts"] if "search" in e]
     assert marked == sec["shortlist"]
-    lines = plan_table.plan_table(peak_plan)
+    lines = table.plan_table(peak_plan)
     assert any(line.startswith("search: ") for line in lines)
     assert any("hand-written" in line and "tp8" in line for line in lines)
     assert any(line.strip().startswith("dropped:") and "invalid" in line for line in lines)
@@ -218,10 +220,10 @@ def test_refit_recovers_a_uniform_slowdown_within_its_bounds(peak_plan):
     tp8 = next(e for e in peak_plan["layouts"] if e["name"] == "tp8")
     pp8 = next(e for e in peak_plan["layouts"] if e["name"] == "pp8")
     recs = [_record(tp8, "seed-box", 0.8), _record(pp8, "seed-box", 0.8)]
-    fit = search_calibrate.refit(recs)
+    fit = calibrate.refit(recs)
     assert fit["error_before"] == pytest.approx(0.25, abs=0.01)
     assert fit["error_after"] < 0.05 and fit["points"] == 8
-    assert all(lo <= fit["scales"][f] <= hi for f, (_, (lo, hi)) in search_calibrate.FACTORS.items())
+    assert all(lo <= fit["scales"][f] <= hi for f, (_, (lo, hi)) in calibrate.FACTORS.items())
     assert fit["scales"]["memory"] < 1.0
     # the table is what it was outside the fit
     assert (
@@ -229,7 +231,7 @@ def test_refit_recovers_a_uniform_slowdown_within_its_bounds(peak_plan):
         and speed.CONSTANTS["eta_weights"][1] != "FIT"
     )
     # a far larger miss than the bounds allow: the fit stops at a bound and says the error left
-    far = search_calibrate.refit([_record(tp8, "seed-box", 0.05)])
+    far = calibrate.refit([_record(tp8, "seed-box", 0.05)])
     assert far["error_after"] > 1.0 and far["scales"]["memory"] == pytest.approx(0.5, abs=0.01)
 
 
@@ -246,25 +248,25 @@ def test_step_picks_the_best_predicted_then_stops_by_rule_or_budget(repo, demo_l
     plans = _plans(replanned)
     hw = doc["hardware"]
     # nothing measured: the best predicted shortlisted candidate
-    first = search_calibrate.step(sec, plans, [], hw, BENCH)
+    first = calibrate.step(sec, plans, [], hw, BENCH)
     assert not first["stop"] and first["next"] == sec["shortlist"][0]
     assert first["search"]["rank_predicted"] == next(
         e["rank"] for e in sec["ranked"] if e["name"] == first["next"]
     )
     # the hand-written tp8 measured 3x its prediction: nothing left can beat it
     tp8 = _record(plans["tp8"], "seed-box", 3.0)
-    stop = search_calibrate.step({**sec, "top_k": 0}, plans, [tp8], hw, BENCH)
+    stop = calibrate.step({**sec, "top_k": 0}, plans, [tp8], hw, BENCH)
     assert stop["stop"] and "no unmeasured candidate is predicted to beat tp8" in stop["why"]
     # within top_k the candidate is measured all the same
-    assert not search_calibrate.step(sec, plans, [tp8], hw, BENCH)["stop"]
+    assert not calibrate.step(sec, plans, [tp8], hw, BENCH)["stop"]
     # measured as predicted: the next candidate can still win; the budget ends it after two
     exact = _record(plans["pp8"], "seed-box", 1.0)
-    go = search_calibrate.step(sec, plans, [exact], hw, BENCH)
+    go = calibrate.step(sec, plans, [exact], hw, BENCH)
     assert not go["stop"] and go["next"] == sec["shortlist"][0] and go["calibration"]["error_after"] < 0.01
     done = [
         _record(plans[n], "seed-box", 1.0, with_search={"rank_predicted": 1}) for n in sec["shortlist"][:2]
     ]
-    spent = search_calibrate.step(sec, plans, [exact, *done], hw, BENCH)
+    spent = calibrate.step(sec, plans, [exact, *done], hw, BENCH)
     assert spent["stop"] and "budget is spent (2 of 2" in spent["why"]
 
 
@@ -283,14 +285,14 @@ def test_candidates_over_several_hosts_have_their_own_loop_and_budget(repo, tmp_
     assert len(spanning) == 2 and own
 
     def step(spans):
-        return search_calibrate.sweep_step(doc, inputs, str(tmp_path), "r1", "node-a", spans)
+        return calibrate.sweep_step(doc, inputs, str(tmp_path), "r1", "node-a", spans)
 
     # each loop picks only its own kind, the best predicted first
     assert step(False)["next"] == own[0]
     first = step(True)
     assert first["next"] == spanning[0] and first["spent"] == 0
     # the step's search block goes into the plan entry that sweep_layout.yml reads by name
-    marked = search_calibrate.with_search(doc, first["next"], first["search"])
+    marked = calibrate.with_search(doc, first["next"], first["search"])
     assert _plans(marked)[first["next"]]["search"] == first["search"]
     assert _plans(marked)[own[0]] == entries[own[0]]
     # measured over both hosts: its record, even under the other host, counts for the loop over
@@ -309,10 +311,10 @@ def test_candidates_over_several_hosts_have_their_own_loop_and_budget(repo, tmp_
 
 
 def test_kendall_tau():
-    assert search_calibrate.kendall_tau([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
-    assert search_calibrate.kendall_tau([1, 2, 3, 4], [40, 30, 20, 10]) == -1.0
-    assert search_calibrate.kendall_tau([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3, abs=1e-4)
-    assert search_calibrate.kendall_tau([1], [1]) is None
+    assert calibrate.kendall_tau([1, 2, 3, 4], [10, 20, 30, 40]) == 1.0
+    assert calibrate.kendall_tau([1, 2, 3, 4], [40, 30, 20, 10]) == -1.0
+    assert calibrate.kendall_tau([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3, abs=1e-4)
+    assert calibrate.kendall_tau([1], [1]) is None
 
 
 def test_report_section_sets_predicted_before_and_after_beside_measured(peak_plan):
@@ -328,7 +330,7 @@ def test_report_section_sets_predicted_before_and_after_beside_measured(peak_pla
             with_search={"rank_predicted": 4, "rank_after_calibration": 2, "objective": "peak"},
         ),
     ]
-    sec = search_calibrate.report_section(recs)
+    sec = calibrate.report_section(recs)
     assert sec["objective"] == "peak" and len(sec["rows"]) == 3
     assert sec["kendall_tau"] == 1.0 and sec["predicted_best_was_best"] is True
     for row in sec["rows"]:
@@ -338,7 +340,7 @@ def test_report_section_sets_predicted_before_and_after_beside_measured(peak_pla
         )
     assert json.dumps(sec)
     # no search in the run: no section
-    assert search_calibrate.report_section(recs[:2]) is None
+    assert calibrate.report_section(recs[:2]) is None
 
 
 def test_a_named_pd_layout_is_ranked_with_its_own_prediction(repo):

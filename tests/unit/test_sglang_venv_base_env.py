@@ -1,4 +1,4 @@
-"""sglang_venv over a base env and from a wheelhouse: the pin helpers (module_utils wheels.py),
+"""sglang_venv over a base env and from a wheelhouse: the pin helpers (module_utils serve/wheels.py),
 the host probes (roles/sglang_venv/files/venv_probe.py) and the molecule wheel builder.
 
 The probes run under real venvs made here: a "base env" venv holding a stand-in package (as an
@@ -19,7 +19,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "module_utils"))
 
-from sglang_layouts import wheels  # noqa: E402
+from sglang_layouts.serve import wheels  # noqa: E402
 
 FILES = REPO / "roles" / "sglang_venv" / "files"
 PROBE = FILES / "venv_probe.py"

@@ -1,11 +1,12 @@
-"""The speed model (module_utils/sglang_layouts/speed.py) against real records and its own physics."""
+"""The speed model (module_utils/sglang_layouts/estimate/speed.py) against real records and its own physics."""
 
 import json
 from pathlib import Path
 
 import pytest
-from sglang_layouts import planner, speed
+from sglang_layouts.estimate import speed
 from sglang_layouts.gpu_specs import gpu_spec
+from sglang_layouts.plan import planner
 
 REPO = Path(__file__).resolve().parents[2]
 # the seed's model as an inventory names it: the host's folder, the config read on the controller
@@ -180,7 +181,7 @@ def test_the_plan_carries_the_prediction_at_the_inventorys_benchmark():
 
 
 def _record(plan_entry, levels, argv_extra=(), env=None, simulated=False):
-    from sglang_layouts import results
+    from sglang_layouts.report import results
 
     bench = {
         "summary": {"single_request_tok_s": levels[0][1], "peak_output_tok_s": max(t for _, t in levels)},
@@ -209,7 +210,7 @@ def _seed_tp8():
 
 
 def test_a_real_row_far_below_its_prediction_is_flagged_with_its_own_evidence():
-    from sglang_layouts import report, speed_check
+    from sglang_layouts.report import compare, speed_check
 
     tp8 = _seed_tp8()
     pred = tp8["speed"]["by_concurrency"]
@@ -219,26 +220,26 @@ def test_a_real_row_far_below_its_prediction_is_flagged_with_its_own_evidence():
         argv_extra=["--disable-cuda-graph"],
         env={"NCCL_P2P_DISABLE": "1"},
     )
-    (row,) = report.rows([slow])
+    (row,) = compare.rows([slow])
     assert row["speed_flag"] == "slower_than_hardware"
     causes = " | ".join(row["speed_flag_causes"])
     assert "CUDA graphs off" in causes and "NCCL_P2P_DISABLE=1" in causes and "PCIe with tp 8" in causes
     assert [c_["what"] for c_ in row["speed_compare"]] == ["single_tok_s", "c1", "c64"]
     on_time = _record(tp8, [(1, pred["1"]["output_tok_s"]), (64, pred["64"]["output_tok_s"] * 1.2)])
-    assert report.rows([on_time])[0]["speed_flag"] is None
+    assert compare.rows([on_time])[0]["speed_flag"] is None
     fast = _record(tp8, [(1, pred["1"]["output_tok_s"] * 1.5), (64, pred["64"]["output_tok_s"])])
-    assert report.rows([fast])[0]["speed_flag"] == "faster_than_model"
+    assert compare.rows([fast])[0]["speed_flag"] == "faster_than_model"
     # a simulated row's speed is the model itself: never flagged
-    assert report.rows([_record(tp8, [(1, 1.0), (64, 1.0)], simulated=True)])[0]["speed_flag"] is None
+    assert compare.rows([_record(tp8, [(1, 1.0), (64, 1.0)], simulated=True)])[0]["speed_flag"] is None
     # one GPU has no collectives: NCCL settings in its environment explain nothing
     tp1 = {**slow, "prediction": {**slow["prediction"], "parallel": {"tp": 1, "pp": 1}}}
     assert not any("NCCL" in c_ for c_ in speed_check.causes(tp1))
-    md = report.to_markdown("r1", report.rows([slow]), report.winners(report.rows([slow])))
+    md = compare.to_markdown("r1", compare.rows([slow]), compare.winners(compare.rows([slow])))
     assert "slower_than_hardware" in md and "predicted peak tok/s" in md
 
 
 def test_the_demos_reference_rows_are_set_beside_the_prediction_at_their_own_workload():
-    from sglang_layouts import speed_check
+    from sglang_layouts.report import speed_check
 
     reference = json.loads((REPO / "benchmarks/reference/seed-box.json").read_text())
     rec = _record(_seed_tp8(), [(1, 80.0), (64, 600.0)], simulated=True)
@@ -333,7 +334,7 @@ def test_pd_speed_is_its_pools_rate_matched_plus_the_kv_transfer():
     assert sp["ttft_ms_single"] > sp["prefill"]["prefill_ms"] + sp["kv_transfer"]["ms_per_request"]
     assert lp["speed"]["by_concurrency"]["1"]["ttft_ms"] == pytest.approx(sp["ttft_ms_single"], abs=0.2)
     # make plan says it under the table
-    from sglang_layouts.plan_table import plan_table
+    from sglang_layouts.plan.table import plan_table
 
     line = next(x for x in plan_table(doc) if x.startswith("  p1d1: "))
     assert f"rate-matched {sp['rate_matched']['req_s']:g} req/s" in line and "over pcie" in line
@@ -357,7 +358,7 @@ def test_pd_speed_a_second_prefill_server_doubles_the_prefill_pool():
 def test_an_architectures_own_kernel_count_reaches_the_decode_floor():
     """archs.Arch.kernels_per_layer is the one source: Gemma 3's unfused norms and RoPE (87 kernels a
     layer) make its floor, an architecture without a count keeps its family's."""
-    from sglang_layouts import archs
+    from sglang_layouts.estimate import archs
 
     gemma = plan("gemma-3-27b-text", H200, tp=1)
     qwen = plan("qwen3-30b-a3b", H200, tp=1)
@@ -406,7 +407,8 @@ def test_a_moe_kernel_on_its_default_config_is_read_from_the_start_and_named_as_
     """The gate's parser marks SGLang's 'Using default MoE kernel config' line (real H200 starts: the
     MoE models without a tuned config file; Qwen3-30B-A3B and Kimi K2.6 ship one, dense Gemma 3 and
     gpt-oss's triton_kernels path need none), and a slow row that carries the mark names it."""
-    from sglang_layouts import logclass, speed_check
+    from sglang_layouts.gate import logclass
+    from sglang_layouts.report import speed_check
 
     fixtures = REPO / "tests" / "fixtures" / "sglang-0.5.16"
 

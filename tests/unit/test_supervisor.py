@@ -6,7 +6,7 @@ import sys
 import time
 
 import pytest
-from sglang_layouts import supervisor
+from sglang_layouts.serve import supervisor
 
 PY = sys.executable
 # Waits end on their event; this ceiling only catches a hang. The test processes outlive any

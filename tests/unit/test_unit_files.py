@@ -7,8 +7,9 @@ import importlib.util
 import shlex
 
 import pytest
-from sglang_layouts import planner, unit_files
-from sglang_layouts.model import PlanError
+from sglang_layouts.estimate.model import PlanError
+from sglang_layouts.plan import planner
+from sglang_layouts.serve import units as unit_files
 
 from tests.helpers.demo import DEMO_SERVING, SEED_BOX
 

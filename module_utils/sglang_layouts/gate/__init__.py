@@ -1,0 +1,1 @@
+"""The readiness gate: preflight, /health probes, the engine's log and process, failure classes."""

@@ -1,0 +1,1 @@
+"""Result records, the comparison report, predicted beside measured."""
