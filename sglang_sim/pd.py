@@ -82,6 +82,14 @@ class PD:
             self.pd_warned.add(text)
             self.log.rank(self._pd_prefix(), text)
 
+    def _pd_failed(self, conn, msg: str) -> None:
+        """A request's KV bootstrap or transfer failed: SGLang's line, the failure counted, and the
+        request answered with it while its connection is there to answer."""
+        self.log.rank(self._pd_prefix(), msg)
+        self.pd_failures_total += 1
+        if conn is not None and not conn.closed:
+            conn.error(500, msg)
+
     def pd_link(self) -> dict:
         """The link of this simulated host: the prefill and decode servers share it (one machine)."""
         link = kv_link(self.hardware, getattr(self.args, "disaggregation_transfer_backend", None), True)
@@ -179,10 +187,8 @@ class PD:
                 f"with exception KVTransferError(bootstrap_room={room}): Request {room} timed out after "
                 f"{elapsed:.1f}s in KVPoll.Bootstrapping"
             )
-            self.log.rank(self._pd_prefix(), msg)
             self.pd_rooms.pop(room, None)  # the decode side waits on, to its own timeout
-            self.pd_failures_total += 1
-            conn.error(500, msg)
+            self._pd_failed(conn, msg)
             return
         # the prefill itself: one token (SGLang's prefill server samples the first token)
         r.pd_room = room
@@ -207,12 +213,9 @@ class PD:
                 f"with exception KVTransferError(bootstrap_room={room}): Decode instance could be dead, "
                 f"remote mooncake session 127.0.0.1:{15000 + room % 1000} is not alive"
             )
-            self.log.rank(self._pd_prefix(), msg)
-            self.pd_failures_total += 1
             if not st.result.done():
                 st.result.set_result(("FAIL", DECODE_DEAD))
-            if conn is not None:
-                conn.error(500, msg)
+            self._pd_failed(conn, msg)
             return
         transfer = kv_transfer_s(self.plan.get("kv_bytes_per_token"), r.prompt_tokens, self.pd_link()["gbs"])
         await asyncio.sleep(transfer)
@@ -257,10 +260,7 @@ class PD:
                 f"decode_req.req.bootstrap_room={room} with exception KVTransferError(bootstrap_room={room}): "
                 f"{reason}"
             )
-            self.log.rank(self._pd_prefix(), msg)
-            self.pd_failures_total += 1
-            if not conn.closed:
-                conn.error(500, msg)
+            self._pd_failed(conn, msg)
             return
         r.prefilled = True  # the first token came with the KV: no prefill here
         start()
