@@ -92,6 +92,21 @@ def _max(*values):
     return max(present) if present else None
 
 
+def _ttft_limit(ttft, neighbour, scale, floor_ms, factor, which, reasons):
+    """The TTFT p50 limit against a neighbour level (None without one, or without its TTFT): floor_ms, or
+    factor x its TTFT p50 x scale; a reason is appended when ttft is past it."""
+    other = (neighbour.get("ttft_ms") or {}).get("p50") if neighbour is not None else None
+    if other is None:
+        return None
+    limit = max(floor_ms, factor * other * scale)
+    if ttft is not None and ttft > limit:
+        reasons.append(
+            f"TTFT p50 {ttft / 1000:.1f} s against {other / 1000:.2f} s at {which}concurrency "
+            f"{neighbour['concurrency']} and no queue (limit {limit / 1000:.1f} s)"
+        )
+    return limit
+
+
 def stall_verdict(
     level, below=None, max_running_requests=None, min_s=STALL_MIN_S, factor=STALL_FACTOR, above=None
 ):
@@ -134,33 +149,12 @@ def stall_verdict(
             f"no output on any stream for {gap / 1000:.1f} s with requests in flight "
             f"({level.get('progress_gap_at_s') or 0:.1f} s into the level; limit {gap_limit / 1000:.1f} s)"
         )
-    ttft_limit = None
-    below_ttft = (below.get("ttft_ms") or {}).get("p50") if below is not None else None
-    # (below is only ever a concurrency level's neighbour, so level["concurrency"] is set)
-    queued = (
-        below is not None
-        and isinstance(max_running_requests, int)
-        and level["concurrency"] > max_running_requests
-    )
-    if below_ttft is not None and not queued:
-        ttft_limit = max(floor_ms, factor * below_ttft * scale)
-        if ttft is not None and ttft > ttft_limit:
-            reasons.append(
-                f"TTFT p50 {ttft / 1000:.1f} s against {below_ttft / 1000:.2f} s at concurrency "
-                f"{below['concurrency']} and no queue (limit {ttft_limit / 1000:.1f} s)"
-            )
-    above_limit = None
-    above_ttft = (above.get("ttft_ms") or {}).get("p50") if above is not None else None
-    own_queue = (
-        isinstance(max_running_requests, int) and (level.get("concurrency") or 0) > max_running_requests
-    )
-    if above_ttft is not None and not own_queue:
-        above_limit = max(floor_ms, factor * above_ttft)
-        if ttft is not None and ttft > above_limit:
-            reasons.append(
-                f"TTFT p50 {ttft / 1000:.1f} s against {above_ttft / 1000:.2f} s at the heavier concurrency "
-                f"{above['concurrency']} and no queue (limit {above_limit / 1000:.1f} s)"
-            )
+    # a level past the server's max_running_requests queues: its TTFT is the queue's, not a stall
+    queued = isinstance(max_running_requests, int) and (level.get("concurrency") or 0) > max_running_requests
+    ttft_limit = above_limit = None
+    if not queued:
+        ttft_limit = _ttft_limit(ttft, below, scale, floor_ms, factor, "", reasons)
+        above_limit = _ttft_limit(ttft, above, 1, floor_ms, factor, "the heavier ", reasons)
     return {
         "detected": bool(reasons),
         "reasons": reasons,
