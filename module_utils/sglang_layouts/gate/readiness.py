@@ -68,6 +68,8 @@ def kv_tokens_from_history(follower) -> int | None:
 
 
 class HealthFailure(Exception):
+    FIELDS = ("failure_class", "msg", "evidence", "hint")
+
     def __init__(self, failure_class: str, msg: str, evidence: dict, hint: str = ""):
         super().__init__(msg)
         self.failure_class = failure_class
@@ -76,12 +78,7 @@ class HealthFailure(Exception):
         self.hint = hint
 
     def as_dict(self) -> dict:
-        return {
-            "failure_class": self.failure_class,
-            "msg": self.msg,
-            "evidence": self.evidence,
-            "hint": self.hint,
-        }
+        return {name: getattr(self, name) for name in self.FIELDS}
 
 
 def wait_ready(
