@@ -24,6 +24,23 @@ DEMO_SERVING = {
 }
 
 
+def plan_host(layouts, model, hardware=SEED_BOX, serving=DEMO_SERVING, hosts=("h",), **inputs) -> dict:
+    """planner.plan_host of `layouts` of `model` on host h, the first of `hosts` (the group
+    sglang_hosts); inputs adds the plan's other inputs (sglang_version)."""
+    cluster = {"group": "sglang_hosts", "hosts": list(hosts)}
+    return planner.plan_host(
+        {
+            "host": "h",
+            "model": model,
+            "layouts": layouts,
+            "hardware": hardware,
+            "serving": serving,
+            "cluster": cluster,
+        }
+        | inputs
+    )
+
+
 def kimi_plan(hardware=SEED_BOX, **layout) -> tuple:
     """(model spec, the planner's plan) of one layout `layout` of Kimi K2.6 on `hardware`."""
     spec = planner.load_model({"name": "kimi-k2.6", "path": str(DEFAULT_MODEL)})

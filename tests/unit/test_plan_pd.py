@@ -9,7 +9,7 @@ from sglang_layouts.plan import planner
 from sglang_layouts.plan.placement import argv_problems, router_workers, stop_order
 from sglang_layouts.plan.table import plan_table
 
-from tests.helpers.demo import DEMO_SERVING, SEED_BOX
+from tests.helpers.demo import DEMO_SERVING, SEED_BOX, plan_host
 
 H200_ONE = {"gpu_count": 1, "gpu_memory_gib": 139.80, "gpu_interconnect": "single"}
 # Llama 3.1 8B's published config.json values: a GQA model small enough for half an H200
@@ -46,17 +46,7 @@ def llama8b():
 
 
 def plan(layouts, model, hardware=SEED_BOX, serving=OPEN, hosts=("h",), version="0.5.16"):
-    return planner.plan_host(
-        {
-            "host": "h",
-            "model": model,
-            "layouts": layouts,
-            "hardware": hardware,
-            "serving": serving,
-            "cluster": {"group": "sglang_hosts", "hosts": list(hosts)},
-            "sglang_version": version,
-        }
-    )
+    return plan_host(layouts, model, hardware, serving, hosts, sglang_version=version)
 
 
 def entry(doc, name):

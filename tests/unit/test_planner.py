@@ -12,7 +12,7 @@ import pytest
 from sglang_layouts.estimate.model import GIB, PlanError, load_model
 from sglang_layouts.plan import planner
 
-from tests.helpers.demo import DEMO_SERVING, SEED_BOX
+from tests.helpers.demo import DEMO_SERVING, SEED_BOX, plan_host
 
 H200 = {"gpu_count": 8, "gpu_memory_gib": 139.80, "gpu_interconnect": "nvlink"}
 H100 = {"gpu_count": 8, "gpu_memory_gib": 79.11, "gpu_interconnect": "nvlink"}
@@ -30,17 +30,7 @@ DEMO_LAYOUTS = [
 
 def plan(repo, layouts, hardware=SEED_BOX, model=None, serving=DEMO_SERVING):
     model = model or {"name": "kimi-k2.6", "path": str(repo / "models" / "kimi-k2.6")}
-    cluster = {"group": "sglang_hosts", "hosts": ["h", "h2", "h3", "h4"]}
-    return planner.plan_host(
-        {
-            "host": "h",
-            "model": model,
-            "layouts": layouts,
-            "hardware": hardware,
-            "serving": serving,
-            "cluster": cluster,
-        }
-    )
+    return plan_host(layouts, model, hardware, serving, hosts=("h", "h2", "h3", "h4"))
 
 
 def by_name(doc):
