@@ -34,6 +34,17 @@ def measured(log: Path) -> dict:
     return out
 
 
+def dummy_model(name: str) -> dict:
+    """sglang_model of one model of arch-check.yml as its lease started it: dummy weights, the
+    config.json of models/<name>."""
+    return {
+        "name": name,
+        "path": f"/var/lib/sglang-models/{name}",
+        "hf_config_file": str(REPO / "models" / name / "config.json"),
+        "load_format": "dummy",
+    }
+
+
 def _err(planned, real) -> str:
     return f"{(planned - real) / real * 100:+.1f} %"
 
@@ -55,12 +66,7 @@ def main() -> int:
     for name, layouts in ladders.items():
         inputs = {
             "host": "h",
-            "model": {
-                "name": name,
-                "path": f"/var/lib/sglang-models/{name}",
-                "hf_config_file": str(REPO / "models" / name / "config.json"),
-                "load_format": "dummy",
-            },
+            "model": dummy_model(name),
             "hardware": {
                 "gpu_count": 1,
                 "gpu_memory_gib": gib,

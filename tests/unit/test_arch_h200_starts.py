@@ -15,6 +15,8 @@ import yaml
 from sglang_layouts.gate import logclass
 from sglang_layouts.plan import planner
 
+from benchmarks.plan_arch_check import dummy_model
+
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "tests" / "fixtures" / "sglang-0.5.16" / "arch-h200"
 LADDERS = yaml.safe_load((REPO / "benchmarks" / "extra-vars" / "arch-check.yml").read_text())[
@@ -40,12 +42,7 @@ def measured(name: str) -> dict:
 def planned(name: str, gpu_name: str = "NVIDIA H200") -> dict:
     inputs = {
         "host": "h",
-        "model": {
-            "name": name,
-            "path": f"/var/lib/sglang-models/{name}",
-            "hf_config_file": str(REPO / "models" / name / "config.json"),
-            "load_format": "dummy",
-        },
+        "model": dummy_model(name),
         "hardware": {**H200, "gpu_name": gpu_name},
         "serving": {"mem_fraction_static": 0.88},
         "layouts": LADDERS[name],
