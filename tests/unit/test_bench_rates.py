@@ -63,6 +63,17 @@ def rate_config(url, **kw):
     return loadgen.make_config(url, **{"concurrency": [], "warmup": 0, **kw})
 
 
+def run_on_fake(server=None, run=None, **kw):
+    """run_benchmark(rate_config(url, **kw), **run) against a FakeServer(**server) that answers in
+    milliseconds (2 ms steps, 5 ms to the first token unless `server` says otherwise), with short
+    requests (4 tokens in, 3 out) unless kw says otherwise: (the benchmark's result, the server)."""
+    with FakeServer(**{"step_s": 0.002, "first_s": 0.005, **(server or {})}) as srv:
+        out = loadgen.run_benchmark(
+            rate_config(srv.url, **{"input_len": 4, "output_len": 3, **kw}), **(run or {})
+        )
+    return out, srv
+
+
 def test_poisson_schedule_is_seeded_and_has_the_asked_mean_rate():
     a = schedule.arrival_offsets(4.0, 1.0, "s", num_prompts=4000)
     assert a == schedule.arrival_offsets(4.0, 1.0, "s", num_prompts=4000)
@@ -170,19 +181,17 @@ def test_vllm_schedule_is_vllms_own_for_its_seed():
 
 
 def test_a_rate_level_with_arrival_rng_bench_serving_sends_on_that_schedule():
-    with FakeServer(step_s=0.002, first_s=0.005) as srv:
-        cfg = rate_config(
-            srv.url,
-            request_rates=[8],
-            num_prompts=10,
-            input_len=64,
-            output_len=64,
-            vocab_size=1024,
-            seed=1,
-            telemetry=False,
-            arrival_rng="bench_serving",
-        )
-        level = loadgen.run_benchmark(cfg)["levels"][0]
+    out, _ = run_on_fake(
+        request_rates=[8],
+        num_prompts=10,
+        input_len=64,
+        output_len=64,
+        vocab_size=1024,
+        seed=1,
+        telemetry=False,
+        arrival_rng="bench_serving",
+    )
+    level = out["levels"][0]
     sched = level["schedule"]
     assert (sched["arrival_rng"], sched["seed"]) == ("bench_serving", 1)
     assert sched["offsets_s"][1] == round(BENCH_SERVING_SEED1_RATE8_GAPS[0], 6)
@@ -256,16 +265,14 @@ def test_prompts_longer_than_the_servers_context_are_refused_before_any_request(
 
 
 def test_rate_level_sends_on_its_schedule_and_records_it():
-    with FakeServer(step_s=0.002, first_s=0.005) as srv:
-        cfg = rate_config(
-            srv.url,
-            request_rates=[40, "inf"],
-            num_prompts=12,
-            input_len=8,
-            output_len=4,
-        )
-        lines = []
-        out = loadgen.run_benchmark(cfg, progress=lines.append, keep_requests=True)
+    lines = []
+    out, srv = run_on_fake(
+        request_rates=[40, "inf"],
+        num_prompts=12,
+        input_len=8,
+        output_len=4,
+        run={"progress": lines.append, "keep_requests": True},
+    )
     rate, inf = out["levels"]
     assert (rate["mode"], rate["request_rate"], rate["concurrency"]) == ("rate", 40.0, None)
     assert inf["request_rate"] == "inf" and out["config"]["request_rates"] == [40.0, "inf"]
@@ -294,16 +301,9 @@ def test_rate_level_sends_on_its_schedule_and_records_it():
 
 
 def test_max_concurrency_caps_requests_in_flight_and_the_wait_shows_as_send_lag():
-    with FakeServer(step_s=0.005, first_s=0.005) as srv:
-        cfg = rate_config(
-            srv.url,
-            request_rates=["inf"],
-            max_concurrency=2,
-            num_prompts=6,
-            input_len=4,
-            output_len=4,
-        )
-        out = loadgen.run_benchmark(cfg)
+    out, srv = run_on_fake(
+        {"step_s": 0.005}, request_rates=["inf"], max_concurrency=2, num_prompts=6, output_len=4
+    )
     lv = out["levels"][0]
     assert srv.state.max_inflight == 2 and lv["concurrency"] == 2 and lv["max_concurrency"] == 2
     assert lv["completed"] == 6
@@ -399,14 +399,8 @@ def test_shared_prefix_groups_share_their_system_prompt():
 
 def test_goodput_and_slo_met_follow_the_thresholds():
     with FakeServer(step_s=0.002, first_s=0.01) as srv:
-        loose = loadgen.make_config(
-            srv.url,
-            concurrency=[2],
-            num_prompts=6,
-            output_len=4,
-            input_len=4,
-            warmup=0,
-            slo={"ttft_p99_ms": 5000},
+        loose = rate_config(
+            srv.url, concurrency=[2], num_prompts=6, output_len=4, input_len=4, slo={"ttft_p99_ms": 5000}
         )
         strict = dict(loose, slo=bench_slo.make_slo({"ttft_p99_ms": 1, "itl_p99_ms": 5000}))
         a = loadgen.run_benchmark(loose)["levels"][0]
@@ -508,17 +502,13 @@ def test_a_rate_that_met_the_slo_above_a_missed_one_is_reported_not_counted():
 
 
 def test_slo_search_runs_through_the_benchmark_and_is_recorded():
-    with FakeServer(step_s=0.002, first_s=0.005) as srv:
-        cfg = rate_config(
-            srv.url,
-            request_rates=[20],
-            num_prompts=4,
-            input_len=4,
-            output_len=3,
-            slo={"ttft_p99_ms": 5000, "search": True, "search_steps": 2, "search_max_rate": 80},
-        )
-        lines = []
-        out = loadgen.run_benchmark(cfg, progress=lines.append)
+    lines = []
+    out, _ = run_on_fake(
+        run={"progress": lines.append},
+        request_rates=[20],
+        num_prompts=4,
+        slo={"ttft_p99_ms": 5000, "search": True, "search_steps": 2, "search_max_rate": 80},
+    )
     search = out["summary"]["slo_search"]
     assert search["steps"] == [40.0, 80.0] and search["slo_max_rate"] == 80.0
     assert out["summary"]["slo_max_rate"] == 80.0
@@ -564,18 +554,14 @@ def test_telemetry_per_level_server_and_gpus(tmp_path, monkeypatch):
     monkeypatch.setenv(
         "SGLANG_BENCH_NVIDIA_SMI", _fake_nvidia_smi(tmp_path, ["0, 1000, 50, 300.5", "1, 2000, [N/A], [N/A]"])
     )
-    with FakeServer(step_s=0.01, first_s=0.01, metrics=SGLANG_METRICS) as srv:
-        cfg = loadgen.make_config(
-            srv.url,
-            concurrency=[2],
-            num_prompts=6,
-            output_len=10,
-            input_len=4,
-            warmup=0,
-            telemetry_interval=0.05,
-        )
-        out = loadgen.run_benchmark(cfg)
-        assert srv.state.metrics_scrapes >= 2
+    out, srv = run_on_fake(
+        {"step_s": 0.01, "first_s": 0.01, "metrics": SGLANG_METRICS},
+        concurrency=[2],
+        num_prompts=6,
+        output_len=10,
+        telemetry_interval=0.05,
+    )
+    assert srv.state.metrics_scrapes >= 2
     tele = out["levels"][0]["telemetry"]
     server = tele["server"]
     assert server["available"] and server["samples"] >= 2 and server["error"] is None
@@ -612,18 +598,14 @@ def test_telemetry_without_gpus_or_metrics_says_absent(monkeypatch):
 
 def test_a_between_levels_check_stops_the_ladder_and_the_search(monkeypatch):
     monkeypatch.setattr(loadgen, "keep_going", lambda cfg, level: level.get("request_rate") != 20.0)
-    with FakeServer(step_s=0.001, first_s=0.002) as srv:
-        cfg = loadgen.make_config(
-            srv.url,
-            concurrency=[1],
-            request_rates=[20, 40],
-            num_prompts=2,
-            input_len=4,
-            output_len=2,
-            warmup=0,
-            slo={"ttft_p99_ms": 5000, "search": True},
-        )
-        out = loadgen.run_benchmark(cfg)
+    out, _ = run_on_fake(
+        {"step_s": 0.001, "first_s": 0.002},
+        concurrency=[1],
+        request_rates=[20, 40],
+        num_prompts=2,
+        output_len=2,
+        slo={"ttft_p99_ms": 5000, "search": True},
+    )
     assert [lv["request_rate"] for lv in out["levels"]] == [None, 20.0]
     assert "slo_search" not in out["summary"]
     calls = []
@@ -642,18 +624,10 @@ def test_a_between_levels_check_stops_the_ladder_and_the_search(monkeypatch):
 def test_per_request_connections_open_one_connection_per_request(connection, rates):
     """per_request is bench_serving's way (a new connection per request, closed after the answer);
     keep_alive keeps one connection per stream."""
-    with FakeServer(step_s=0.002, first_s=0.005) as srv:
-        cfg = rate_config(
-            srv.url,
-            concurrency=[] if rates else [1],
-            request_rates=rates,
-            num_prompts=4,
-            input_len=4,
-            output_len=3,
-            connection=connection,
-        )
-        out = loadgen.run_benchmark(cfg)
-        peers = list(srv.state.peers)
+    out, srv = run_on_fake(
+        concurrency=[] if rates else [1], request_rates=rates, num_prompts=4, connection=connection
+    )
+    peers = list(srv.state.peers)
     assert out["config"]["connection"] == connection
     assert out["levels"][0]["completed"] == 4 and len(peers) == 4
     assert len(set(peers)) == (4 if connection == "per_request" else 1)
