@@ -329,18 +329,20 @@ def test_a_client_that_cannot_keep_up_says_so():
 # ---------------------------------------------------------------- workloads
 
 
-def test_random_range_lengths_stay_in_their_range():
+def run_dataset(dataset, concurrency, num_prompts, **kw):
+    """run_benchmark of `dataset` without warm-up against a FakeServer of 1 ms steps: (the config, the
+    result, the request bodies the server got)."""
     with FakeServer(step_s=0.001, first_s=0.002) as srv:
-        cfg = loadgen.make_config(
-            srv.url,
-            concurrency=[4],
-            num_prompts=24,
-            warmup=0,
-            dataset={"name": "random-range", "input_len": 40, "output_len": 10, "range_ratio": 0.5},
-        )
+        cfg = rate_config(srv.url, concurrency=[concurrency], num_prompts=num_prompts, dataset=dataset, **kw)
         out = loadgen.run_benchmark(cfg)
-    ins = [len(b["input_ids"]) for b in srv.state.bodies]
-    outs = [b["sampling_params"]["max_new_tokens"] for b in srv.state.bodies]
+    return cfg, out, srv.state.bodies
+
+
+def test_random_range_lengths_stay_in_their_range():
+    random_range = {"name": "random-range", "input_len": 40, "output_len": 10, "range_ratio": 0.5}
+    _, out, bodies = run_dataset(random_range, 4, 24)
+    ins = [len(b["input_ids"]) for b in bodies]
+    outs = [b["sampling_params"]["max_new_tokens"] for b in bodies]
     assert all(20 <= n <= 40 for n in ins) and len(set(ins)) > 3
     assert all(5 <= n <= 10 for n in outs) and len(set(outs)) > 1
     lv = out["levels"][0]
@@ -352,18 +354,11 @@ def test_random_range_lengths_stay_in_their_range():
 def test_sharegpt_prompts_are_the_files_text_and_counts_the_servers(api):
     rows = json.loads(SHAREGPT.read_text())
     firsts = {r["conversations"][0]["value"] for r in rows if len(r.get("conversations") or []) >= 2}
-    with FakeServer(step_s=0.001, first_s=0.002) as srv:
-        cfg = loadgen.make_config(
-            srv.url,
-            api=api,
-            concurrency=[2],
-            num_prompts=6,
-            warmup=0,
-            dataset={"name": "sharegpt", "path": str(SHAREGPT), "output_len": 3},
-        )
-        assert cfg["dataset"]["conversations"] == 40 and cfg["dataset"]["digest"].startswith("sha256:")
-        out = loadgen.run_benchmark(cfg)
-    texts = [b["text"] if api == "generate" else b["messages"][0]["content"] for b in srv.state.bodies]
+    cfg, out, bodies = run_dataset(
+        {"name": "sharegpt", "path": str(SHAREGPT), "output_len": 3}, 2, 6, api=api
+    )
+    assert cfg["dataset"]["conversations"] == 40 and cfg["dataset"]["digest"].startswith("sha256:")
+    texts = [b["text"] if api == "generate" else b["messages"][0]["content"] for b in bodies]
     assert all(t in firsts for t in texts)
     lv = out["levels"][0]
     assert lv["prompt_tokens"] == sum(len(t.split()) for t in texts)  # what the server counted
@@ -371,23 +366,9 @@ def test_sharegpt_prompts_are_the_files_text_and_counts_the_servers(api):
 
 
 def test_shared_prefix_groups_share_their_system_prompt():
-    with FakeServer(step_s=0.001, first_s=0.002) as srv:
-        cfg = loadgen.make_config(
-            srv.url,
-            concurrency=[2],
-            num_prompts=8,
-            warmup=0,
-            context_length=64,
-            dataset={
-                "name": "shared-prefix",
-                "num_groups": 2,
-                "prefix_len": 16,
-                "input_len": 8,
-                "output_len": 4,
-            },
-        )
-        loadgen.run_benchmark(cfg)
-    by_rid = {b["rid"]: b["input_ids"] for b in srv.state.bodies}
+    shared = {"name": "shared-prefix", "num_groups": 2, "prefix_len": 16, "input_len": 8, "output_len": 4}
+    cfg, _, bodies = run_dataset(shared, 2, 8, context_length=64)
+    by_rid = {b["rid"]: b["input_ids"] for b in bodies}
     ids = [by_rid[f"{cfg['rid_prefix']}-l0-r{i}"] for i in range(8)]
     assert all(len(x) == 24 for x in ids)
     assert ids[0][:16] == ids[2][:16] == ids[4][:16] != ids[1][:16]
