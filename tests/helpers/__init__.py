@@ -11,4 +11,5 @@
 - demo: the demo host (seed box, serving settings) and a Kimi K2.6 plan
 - gpu_fakes: an nvidia-smi that replays a recording
 - procs: running another venv's Python without this one's leaking in
+- router: a layout behind the real sglang-router, deployed by the playbooks (its venv, ports, extra vars)
 """

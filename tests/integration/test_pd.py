@@ -13,26 +13,19 @@ The router is the real sglang-router from PyPI (ci/router.sh), as in test_replic
 """
 
 import json
-import os
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import router
 from tests.helpers.net import free_port
-from tests.helpers.playbook import REPO, failed_messages, run_playbook, task_results
+from tests.helpers.playbook import failed_messages, task_results
+from tests.helpers.router import assert_stopped, get_json, pid_of, run
 
 LAYOUT = "pd44"
-UNITS = {
-    "router": f"sglang-kimi-k2-6-{LAYOUT}-router.service",
-    "prefill": f"sglang-kimi-k2-6-{LAYOUT}-prefill0.service",
-    "decode": f"sglang-kimi-k2-6-{LAYOUT}-decode0.service",
-}
+UNITS = router.unit_names(LAYOUT, router="router", prefill="prefill0", decode="decode0")
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the supervisor reads /proc")
 
@@ -40,22 +33,13 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the supervisor 
 def free_ports():
     """A base port P with P+1, P+2 (servers) and P+1000 (the router's Prometheus listener) free,
     and a free bootstrap port."""
+    base = router.free_base_port()
+    # the OS may hand out a port of the block just checked (they were bound, then let go)
     for _ in range(50):
-        base = free_port()
-        if base + 1000 > 65000:
-            continue
-        try:
-            for p in (base + 1, base + 2, base + 1000):
-                with socket.socket() as t:
-                    t.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        # the OS may hand out a port of the block just checked (they were bound, then let go)
-        for _ in range(50):
-            bootstrap = free_port()
-            if bootstrap not in (base, base + 1, base + 2, base + 1000):
-                return base, bootstrap
-    pytest.fail("no free port block")
+        bootstrap = free_port()
+        if bootstrap not in (base, base + 1, base + 2, base + 1000):
+            return base, bootstrap
+    pytest.fail("no free bootstrap port")
 
 
 def layout(bootstrap: int, name: str = LAYOUT, prefill_env: dict | None = None) -> dict:
@@ -71,49 +55,10 @@ def layout(bootstrap: int, name: str = LAYOUT, prefill_env: dict | None = None) 
 
 @pytest.fixture(scope="module")
 def env():
-    router = subprocess.run(
-        [str(REPO / "ci" / "router.sh")], capture_output=True, text=True, timeout=600, check=False
-    )
-    if router.returncode != 0:
-        pytest.fail(f"ci/router.sh could not build the sglang-router venv: {router.stderr[-2000:]}")
-    router_venv = router.stdout.strip().splitlines()[-1]
-    # Not under pytest's 0700 tmp dir: as root the engines run as the service user, which must reach it.
-    run_dir = Path(tempfile.mkdtemp(prefix="sglang-pd-it-"))
-    os.chmod(run_dir, 0o755)
+    venv = router.venv()  # first: the ports are picked right before the deployment takes them
     port, bootstrap = free_ports()
-    runner = Path(tempfile.mkdtemp(prefix="sglang-pd-runner-"))
-    extra = {
-        "sglang_run_dir": str(run_dir),
-        "sglang_results_dir": str(run_dir / "results"),
-        "sglang_base_port": port,
-        "sglang_service_health_timeout": 120,
-        "sglang_service_router_venv": router_venv,
-        "sglang_layouts": [layout(bootstrap)],
-        "gpu_memory_gib": 192,
-        "sglang_bench_concurrency": [1, 8],
-        "sglang_bench_input_len": 64,
-        "sglang_bench_output_len": 16,
-        "sglang_bench_num_prompts": 16,
-        "sglang_report_plots": False,
-    }
-    yield {"runner": runner, "extra": extra, "run_dir": run_dir, "port": port, "bootstrap": bootstrap}
-    run(runner, extra, "stop.yml")
-    shutil.rmtree(run_dir, ignore_errors=True)
-    shutil.rmtree(runner, ignore_errors=True)
-
-
-def run(runner, extra, playbook):
-    return run_playbook(playbook, runner, extravars=extra)
-
-
-def pid_of(run_dir, unit):
-    path = Path(run_dir) / f"{unit}.pid"
-    return int(path.read_text().split()[0]) if path.exists() else None
-
-
-def get_json(url):
-    with urllib.request.urlopen(url, timeout=60) as r:
-        return json.loads(r.read())
+    with router.deployment("pd", venv, [layout(bootstrap)], port) as deployed:
+        yield {**deployed, "bootstrap": bootstrap}
 
 
 def log_of(run_dir, unit) -> str:
@@ -169,11 +114,7 @@ def test_pd_layout_deploys_gates_benches_and_stops(env):
 
     r = run(e, extra, "stop.yml")
     assert r.rc == 0, failed_messages(r)
-    for unit in UNITS.values():
-        assert pid_of(run_dir, unit) is None, unit
-    for p in (port, port + 1, port + 2, bootstrap):
-        with socket.socket() as s:
-            assert s.connect_ex(("127.0.0.1", p)) != 0, f"port {p} still open after stop"
+    assert_stopped(run_dir, UNITS.values(), (port, port + 1, port + 2, bootstrap))
 
 
 def test_sweep_measures_records_and_reports_the_pd_layout(env):
@@ -188,8 +129,7 @@ def test_sweep_measures_records_and_reports_the_pd_layout(env):
     assert [x for x in task_results(r, "Check | Each unit still runs") if not x.get("skipped")], (
         "the check ran"
     )
-    for unit in UNITS.values():
-        assert pid_of(run_dir, unit) is None, unit
+    assert_stopped(run_dir, UNITS.values(), ())
     report = (out / "REPORT.md").read_text()
     assert LAYOUT in report
 

@@ -12,86 +12,28 @@ The simulated GPUs get 192 GiB each: Kimi K2.6 on 4 GPUs needs about 141 GiB of 
 """
 
 import json
-import os
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.net import free_port
-from tests.helpers.playbook import REPO, failed_messages, run_playbook, task_results
+from tests.helpers import router
+from tests.helpers.playbook import failed_messages, task_results
+from tests.helpers.router import assert_stopped, get_json, pid_of, run
 
 LAYOUT = "tp4x2"
-UNITS = {
-    "router": f"sglang-kimi-k2-6-{LAYOUT}-router.service",
-    "r0": f"sglang-kimi-k2-6-{LAYOUT}-r0.service",
-    "r1": f"sglang-kimi-k2-6-{LAYOUT}-r1.service",
-}
+UNITS = router.unit_names(LAYOUT, router="router", r0="r0", r1="r1")
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the supervisor reads /proc")
 
 
-def free_base_port():
-    """A port P with P+1, P+2 (replicas) and P+1000 (the router's Prometheus listener) free too."""
-    for _ in range(50):
-        base = free_port()
-        if base + 1000 > 65000:
-            continue
-        try:
-            for p in (base + 1, base + 2, base + 1000):
-                with socket.socket() as t:
-                    t.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return base
-    pytest.fail("no free port block")
-
-
 @pytest.fixture(scope="module")
 def env():
-    router = subprocess.run(
-        [str(REPO / "ci" / "router.sh")], capture_output=True, text=True, timeout=600, check=False
-    )
-    if router.returncode != 0:
-        pytest.fail(f"ci/router.sh could not build the sglang-router venv: {router.stderr[-2000:]}")
-    router_venv = router.stdout.strip().splitlines()[-1]
-    # Not under pytest's 0700 tmp dir: as root the engines run as the service user, which must reach it.
-    run_dir = Path(tempfile.mkdtemp(prefix="sglang-replicas-it-"))
-    os.chmod(run_dir, 0o755)
-    port = free_base_port()
-    runner = Path(tempfile.mkdtemp(prefix="sglang-replicas-runner-"))
-    extra = {
-        "sglang_run_dir": str(run_dir),
-        "sglang_results_dir": str(run_dir / "results"),
-        "sglang_base_port": port,
-        "sglang_service_health_timeout": 120,
-        "sglang_service_router_venv": router_venv,
-        "sglang_layouts": [{"name": LAYOUT, "tp": 4, "replicas": 2}],
-        "gpu_memory_gib": 192,
-        "sglang_bench_concurrency": [1, 8],
-        "sglang_bench_input_len": 64,
-        "sglang_bench_output_len": 16,
-        "sglang_bench_num_prompts": 16,
-        "sglang_report_plots": False,
-    }
-    yield {"runner": runner, "extra": extra, "run_dir": run_dir, "port": port}
-    run(runner, extra, "stop.yml")
-    shutil.rmtree(run_dir, ignore_errors=True)
-    shutil.rmtree(runner, ignore_errors=True)
-
-
-def run(runner, extra, playbook):
-    return run_playbook(playbook, runner, extravars=extra)
-
-
-def pid_of(run_dir, unit):
-    path = Path(run_dir) / f"{unit}.pid"
-    return int(path.read_text().split()[0]) if path.exists() else None
+    venv = router.venv()  # first: the port is picked right before the deployment takes it
+    with router.deployment(
+        "replicas", venv, [{"name": LAYOUT, "tp": 4, "replicas": 2}], router.free_base_port()
+    ) as e:
+        yield e
 
 
 def group_environ(pgid):
@@ -110,11 +52,6 @@ def group_environ(pgid):
         if "CUDA_VISIBLE_DEVICES" in env:
             seen.add(env["CUDA_VISIBLE_DEVICES"])
     return seen
-
-
-def get_json(url):
-    with urllib.request.urlopen(url, timeout=60) as r:
-        return json.loads(r.read())
 
 
 def prefill_lines(run_dir, unit):
@@ -150,11 +87,7 @@ def test_replicas_behind_the_router(env):
 
     r = run(e, extra, "stop.yml")
     assert r.rc == 0, failed_messages(r)
-    for unit in UNITS.values():
-        assert pid_of(run_dir, unit) is None, unit
-    for p in (port, port + 1, port + 2):
-        with socket.socket() as s:
-            assert s.connect_ex(("127.0.0.1", p)) != 0, f"port {p} still open after stop"
+    assert_stopped(run_dir, UNITS.values(), (port, port + 1, port + 2))
 
 
 def test_sweep_measures_the_replica_layout_like_any_other(env):
@@ -170,5 +103,4 @@ def test_sweep_measures_the_replica_layout_like_any_other(env):
     assert [x for x in task_results(r, "Check | Each unit still runs") if not x.get("skipped")], (
         "the check ran"
     )
-    for unit in UNITS.values():
-        assert pid_of(run_dir, unit) is None, unit
+    assert_stopped(run_dir, UNITS.values(), ())
