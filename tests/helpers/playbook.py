@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import ansible_runner
+
+from tests.helpers.demo import SEED_BOX
+from tests.helpers.net import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = REPO / ".venv" / "bin"
@@ -30,6 +34,33 @@ SHORT_BENCH = {
     "sglang_bench_prompts_per_stream": 2,
     "sglang_bench_min_prompts": 3,
 }
+
+
+def local_nodes(prefix: str, common: dict, names=("node-a", "node-b")) -> tuple[Path, Path, dict]:
+    """Inventory hosts that stand for the nodes of a multi-node layout on this machine: each local with
+    the seed box's GPUs, its own run folder root/<name> and API port, then `common` (host variables:
+    they outrank the collection's group_vars/all, group vars of an inventory file do not).
+    Returns (root, its hosts.yml, the host variables by name); the caller removes root."""
+    # Not under pytest's 0700 tmp dir: as root the engines run as the service user, which must reach it.
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(root, 0o755)
+    hosts = {}
+    for name in names:
+        run_dir = root / name
+        run_dir.mkdir()
+        os.chmod(run_dir, 0o755)
+        hosts[name] = {
+            "ansible_connection": "local",
+            "ansible_host": "127.0.0.1",
+            "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+            **SEED_BOX,
+            "sglang_run_dir": str(run_dir),
+            "sglang_base_port": free_port(),
+            **common,
+        }
+    inventory = root / "hosts.yml"
+    inventory.write_text(json.dumps({"sglang_hosts": {"hosts": hosts}}))
+    return root, inventory, hosts
 
 
 def ansible_env() -> dict:

@@ -73,3 +73,14 @@ def engine_port():
     """The layout's API port (sglang_base_port): a free one, so that tests running side by side
     (pytest -n) never meet on the default 30000."""
     return free_port()
+
+
+@pytest.fixture
+def engine_vars(tmp_path, run_dir, engine_port):
+    """The extra vars that put a test's engine in run_dir on engine_port and its records under
+    tmp_path / "results"."""
+    return {
+        "sglang_results_dir": str(tmp_path / "results"),
+        "sglang_run_dir": str(run_dir),
+        "sglang_base_port": engine_port,
+    }

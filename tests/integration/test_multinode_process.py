@@ -9,16 +9,14 @@ nodes; rank 0's address is 127.0.0.1 and the rendezvous port a free one.
 """
 
 import json
-import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.net import free_port, listening
-from tests.helpers.playbook import REPO, failed_messages, run_playbook
+from tests.helpers.playbook import REPO, failed_messages, local_nodes, run_playbook
 
 UNIT = "sglang-kimi-k2-6-tp16-2n.service"
 
@@ -27,25 +25,6 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the supervisor 
 
 @pytest.fixture(scope="module")
 def env():
-    # Not under pytest's 0700 tmp dir: as root the engines run as the service user, which must reach it.
-    root = Path(tempfile.mkdtemp(prefix="sglang-mn-it-"))
-    os.chmod(root, 0o755)
-    hosts = {}
-    for name in ("node-a", "node-b"):
-        run_dir = root / name
-        run_dir.mkdir()
-        os.chmod(run_dir, 0o755)
-        hosts[name] = {
-            "ansible_connection": "local",
-            "ansible_host": "127.0.0.1",
-            "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-            "gpu_count": 8,
-            "gpu_memory_gib": 94.97,
-            "gpu_interconnect": "pcie",
-            "sglang_run_dir": str(run_dir),
-            "sglang_base_port": free_port(),
-        }
-    # host variables: they outrank the collection's group_vars/all (group vars of an inventory file do not)
     common = {
         "sglang_engine": "sim",
         "sglang_service_manager": "process",
@@ -72,10 +51,7 @@ def env():
         "sglang_bench_min_prompts": 4,
         "sglang_report_plots": False,
     }
-    for host in hosts.values():
-        host.update(common)
-    inventory = root / "hosts.yml"
-    inventory.write_text(json.dumps({"sglang_hosts": {"hosts": hosts}}))
+    root, inventory, hosts = local_nodes("sglang-mn-it-", common)
     yield {"inventory": inventory, "root": root, "hosts": hosts}
     run(inventory, "stop.yml")
     shutil.rmtree(root, ignore_errors=True)

@@ -5,20 +5,17 @@ the step written with the run, and the report's search section."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 import uuid
-from pathlib import Path
 
 import yaml
 
 from tests.helpers.net import free_port
-from tests.helpers.playbook import REPO, SHORT_BENCH, failed_messages
+from tests.helpers.playbook import REPO, SHORT_BENCH, failed_messages, local_nodes
 from tests.helpers.playbook import run_playbook as run_in
 
 
-def test_a_search_sweep_measures_calibrates_and_reports(run_playbook, tmp_path, run_dir, engine_port):
+def test_a_search_sweep_measures_calibrates_and_reports(run_playbook, tmp_path, engine_vars):
     results = tmp_path / "results"
     run_id = f"search-{uuid.uuid4().hex[:8]}"
     extra = {
@@ -33,9 +30,7 @@ def test_a_search_sweep_measures_calibrates_and_reports(run_playbook, tmp_path, 
             "top_k": 2,
             "budget": 2,
         },
-        "sglang_results_dir": str(results),
-        "sglang_run_dir": str(run_dir),
-        "sglang_base_port": engine_port,
+        **engine_vars,
     }
     r = run_playbook("sweep.yml", extravars=extra)
     assert r.status == "successful", failed_messages(r)
@@ -109,45 +104,28 @@ def test_a_search_measures_its_candidate_over_two_hosts_on_both_at_once(tmp_path
     """Two inventory hosts (both local, process supervisor, simulator) stand for two nodes; the search
     varies only nnodes 2 with tp 16: its one candidate runs on both hosts at once, is measured on
     node rank 0, and its record carries the search block of the step that chose it."""
-    # not under pytest's 0700 tmp dir: as root the engines run as the service user, which must reach it
-    root = Path(tempfile.mkdtemp(prefix="sglang-search-mn-it-"))
-    os.chmod(root, 0o755)
-    hosts = {}
     dist_port = free_port()  # one rendezvous port, the same in every node's plan
-    for name in ("node-a", "node-b"):
-        (root / name).mkdir()
-        os.chmod(root / name, 0o755)
-        hosts[name] = {
-            "ansible_connection": "local",
-            "ansible_host": "127.0.0.1",
-            "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-            "gpu_count": 8,
-            "gpu_memory_gib": 94.97,
-            "gpu_interconnect": "pcie",
-            "sglang_run_dir": str(root / name),
-            "sglang_base_port": free_port(),
-            # host variables: they outrank the collection's group_vars/all
-            "sglang_engine": "sim",
-            "sglang_service_manager": "process",
-            "sglang_model": {"name": "kimi-k2.6", "path": str(REPO / "models" / "kimi-k2.6")},
-            "sglang_dist_init_port": dist_port,
-            "sglang_layouts": [],
-            "sglang_layout_search": {
-                "objective": "peak",
-                "vary": {"tp": [16], "pp": [1], "dp": [1], "ep": [1], "nnodes": [2]},
-                "top_k": 1,
-                "budget": 1,
-            },
-            "sglang_service_health_timeout": 120,
-            # the nodes start as ansible reaches them: the rendezvous waits as long as torch's default
-            "sglang_service_extra_env": {
-                "SGLANG_SIM_DIST_TIMEOUT": "600",
-                "SGLANG_SIM_NCCL_TIMEOUT_SECONDS": "5",
-            },
-            **SHORT_BENCH,
-        }
-    inventory = root / "hosts.yml"
-    inventory.write_text(json.dumps({"sglang_hosts": {"hosts": hosts}}))
+    common = {
+        "sglang_engine": "sim",
+        "sglang_service_manager": "process",
+        "sglang_model": {"name": "kimi-k2.6", "path": str(REPO / "models" / "kimi-k2.6")},
+        "sglang_dist_init_port": dist_port,
+        "sglang_layouts": [],
+        "sglang_layout_search": {
+            "objective": "peak",
+            "vary": {"tp": [16], "pp": [1], "dp": [1], "ep": [1], "nnodes": [2]},
+            "top_k": 1,
+            "budget": 1,
+        },
+        "sglang_service_health_timeout": 120,
+        # the nodes start as ansible reaches them: the rendezvous waits as long as torch's default
+        "sglang_service_extra_env": {
+            "SGLANG_SIM_DIST_TIMEOUT": "600",
+            "SGLANG_SIM_NCCL_TIMEOUT_SECONDS": "5",
+        },
+        **SHORT_BENCH,
+    }
+    root, inventory, _ = local_nodes("sglang-search-mn-it-", common)
     results = root / "results"
     extra = {"sglang_results_dir": str(results), "run_id": "search-mn"}
     try:
