@@ -75,6 +75,9 @@ class Engine:
     # what its JIT kernel builds run at start (serve/jit_toolchain.py checks them on the unit's PATH at
     # provision): SGLang and flashinfer call ninja, nvcc and c++, and compile flashinfer's data/
     jit_tools: tuple[str, ...] = ()
+    # its venv may be built over a base environment (sglang_venv_base_env: an image's torch), whose
+    # bin/ then holds what its JIT runs (ninja beside torch on NGC-style images)
+    venv_over_base_env: bool = False
     # -- the simulator --
     # it is the simulator (sglang_sim): a stand-in that serves like the engine on no GPU
     simulated: bool = False
@@ -124,6 +127,7 @@ SGLANG = Engine(
     kv_stop_message="SGLang stops with 'Loaded weights leave no GPU memory for the KV cache' (0.5.16; 'Not enough memory' before)",
     api_key_config_key="api-key",
     jit_tools=("nvcc", "ninja", "c++", "flashinfer data"),
+    venv_over_base_env=True,
 )
 
 VLLM = Engine(

@@ -14,6 +14,7 @@ import os
 import pwd
 import subprocess
 
+from ..engines import engine as engine_of
 from ..engines import role_facts
 
 # What a service gets when nothing else is said (systemd's and the supervisor's default).
@@ -47,7 +48,7 @@ def unit_path(engine: str | None, venv_dir: str, base_env: str = "", cuda_home: 
     if role_facts(engine)["simulated"]:
         return ""
     parts = [env_bin(venv_dir)]
-    if (engine or "sglang").lower() == "sglang":
+    if engine_of(engine).venv_over_base_env:
         parts.append(env_bin(base_env))
     if cuda_home:
         parts.append(cuda_home.rstrip("/") + "/bin")
