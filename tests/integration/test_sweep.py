@@ -46,16 +46,14 @@ def _stdout(runner):
     return "".join(ev.get("stdout", "") for ev in runner.events)
 
 
-def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, run_dir, engine_port):
+def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, engine_vars):
     results = tmp_path / "results"
     run_id = f"it-{uuid.uuid4().hex[:8]}"
     base = {
         **SHORT_BENCH,
         "run_id": run_id,
         "sglang_layouts": LAYOUTS,
-        "sglang_results_dir": str(results),
-        "sglang_run_dir": str(run_dir),
-        "sglang_base_port": engine_port,
+        **engine_vars,
     }
 
     r1 = run_playbook("sweep.yml", extravars=base)
@@ -202,7 +200,7 @@ def test_bench_playbook_measures_the_deployed_layout(run_playbook, tmp_path, run
 
 
 def test_engine_killed_mid_benchmark_is_one_record_with_the_levels_before(
-    run_playbook, tmp_path, run_dir, engine_port
+    run_playbook, tmp_path, run_dir, engine_vars
 ):
     """issue 15's fault: the engine SIGKILLed during tp8's concurrency-16 level.
 
@@ -218,9 +216,7 @@ def test_engine_killed_mid_benchmark_is_one_record_with_the_levels_before(
             "sglang_bench_concurrency": [1, 4, 16, 64],
             "run_id": "killed",
             "sglang_layouts": layouts,
-            "sglang_results_dir": str(results),
-            "sglang_run_dir": str(run_dir),
-            "sglang_base_port": engine_port,
+            **engine_vars,
         },
     )
     # the oom and invalid layouts are skipped, tp8 failed: nothing measured, the sweep says so
@@ -295,7 +291,7 @@ def test_a_refused_sweep_leaves_results_latest_where_it_was(run_playbook, tmp_pa
 
 
 def test_ctrl_c_in_the_middle_of_a_layout_then_the_same_run_id_resumes(
-    run_playbook, tmp_path, run_dir, engine_port
+    run_playbook, tmp_path, run_dir, engine_vars
 ):
     """Ctrl-C (SIGINT to ansible-playbook's process group, as a terminal sends it) during tp8's
     benchmark: no record is half-written; the next run with the same run id measures what is
@@ -309,9 +305,7 @@ def test_ctrl_c_in_the_middle_of_a_layout_then_the_same_run_id_resumes(
         **SHORT_BENCH,
         "run_id": "ctrl-c",
         "sglang_layouts": [LAYOUTS[0], {"name": "ep8", "tp": 8, "ep": 8}],
-        "sglang_results_dir": str(results),
-        "sglang_run_dir": str(run_dir),
-        "sglang_base_port": engine_port,
+        **engine_vars,
     }
     # ansible-playbook itself, not ansible-runner: the test signals its process group as a terminal does
     env = {**os.environ, **ansible_env(), "ANSIBLE_CACHE_PLUGIN": "memory"}
