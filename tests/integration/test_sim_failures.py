@@ -17,6 +17,7 @@ from sglang_layouts.plan import planner
 from sglang_sim.failures import format_size
 from sglang_sim.launcher import DEFAULT_MODEL, PACKAGE_ROOT, SimProcess
 from tests.helpers.demo import FAST_DECODE, kimi_plan
+from tests.helpers.sims import assert_closed_while_loading
 
 GIB = 1 << 30
 
@@ -180,13 +181,7 @@ def test_slow_start_keeps_the_port_closed(tmp_path):
     with SimProcess(
         ["--tp-size", "8", "--sim-fault", "slow_start:2"], env={"SGLANG_SIM_HOLD_DIR": str(tmp_path)}
     ) as s:
-        s.wait_for_line("Load weight begin")
-        with (
-            pytest.raises(ConnectionRefusedError),
-            socket.create_connection(("127.0.0.1", s.port), timeout=60),
-        ):
-            pass
-        (tmp_path / "load").touch()
+        assert_closed_while_loading(s, tmp_path)
         t1, _ = s.wait_for_line("Load weight end")
         assert t1 - s.started_at >= 2.0  # the slow start's seconds at least
         s.wait_ready()

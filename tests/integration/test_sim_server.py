@@ -15,7 +15,7 @@ import pytest
 
 from sglang_sim.launcher import DEFAULT_MODEL, SimProcess
 from tests.helpers.demo import kimi_plan
-from tests.helpers.sims import scheduled_sim
+from tests.helpers.sims import assert_closed_while_loading, scheduled_sim
 
 
 def get(url: str, timeout: float = 60.0):
@@ -75,13 +75,7 @@ def test_startup_port_closed_while_loading_then_503_then_200(tmp_path):
     # each phase is held (SGLANG_SIM_HOLD_DIR) until the test has looked at it: no race with its seconds
     env = {"SGLANG_SIM_HEALTH_POLL_SECONDS": "0.05", "SGLANG_SIM_HOLD_DIR": str(tmp_path)}
     with SimProcess(["--tp-size", "8"], env=env) as s:
-        s.wait_for_line("Load weight begin")
-        with (
-            pytest.raises(ConnectionRefusedError),
-            socket.create_connection(("127.0.0.1", s.port), timeout=60),
-        ):
-            pass
-        (tmp_path / "load").touch()
+        assert_closed_while_loading(s, tmp_path)
         s.wait_for_line("Uvicorn running on")
         assert get(s.url("/health"))[0] == 503
         assert get(s.url("/health_generate"))[0] == 503
