@@ -2,13 +2,13 @@
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 import yaml
 
 from tests.helpers.playbook import REPO, failed_messages
+from tests.helpers.procs import run_captured
 
 INVENTORIES = sorted(p.name for p in (REPO / "inventory").iterdir() if (p / "hosts.yml").exists())
 SHARED = yaml.safe_load((REPO / "group_vars" / "all" / "engine.yml").read_text())
@@ -238,19 +238,12 @@ def test_a_refusal_is_printed_once_on_the_console(tmp_path):
     bad.write_text(yaml.safe_dump({"sglang_layouts": [{"name": "all", "tp": 8}]}))
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0"}
     env.pop("ANSIBLE_STDOUT_CALLBACK", None)
-    proc = subprocess.run(
-        [
-            os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
-            "playbooks/plan.yml",
-            *("-e", f"@{bad}", "-e", f"sglang_plan_dir={tmp_path / 'plan'}"),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    argv = [
+        os.path.join(os.path.dirname(sys.executable), "ansible-playbook"),
+        "playbooks/plan.yml",
+        *("-e", f"@{bad}", "-e", f"sglang_plan_dir={tmp_path / 'plan'}"),
+    ]
+    proc = run_captured(argv, env, timeout=300, cwd=REPO)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
     assert out.count("name is reserved") == 1, out

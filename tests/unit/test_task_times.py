@@ -2,12 +2,12 @@
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
 from tests.helpers.playbook import REPO, VENV_BIN
+from tests.helpers.procs import run_captured
 
 pytestmark = pytest.mark.skipif(
     not (VENV_BIN / "ansible-playbook").exists(), reason="ansible-core is not installed in .venv"
@@ -40,19 +40,12 @@ def test_each_task_is_written_with_its_seconds_and_summed_at_the_end(tmp_path):
         "ANSIBLE_LOCALHOST_WARNING": "false",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
     }
-    proc = subprocess.run(
-        [
-            str(VENV_BIN / "ansible-playbook"),
-            *("-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}"),
-            str(book),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    argv = [
+        str(VENV_BIN / "ansible-playbook"),
+        *("-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}"),
+        str(book),
+    ]
+    proc = run_captured(argv, env, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["task"], r["action"]) for r in rows] == [
