@@ -13,44 +13,38 @@ same way once for each request whose rid ends with one of them (a one-off stall 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
+from collections.abc import Iterable
 
 from tests.helpers.fake_http import JsonHandler, LoopbackServer
 
 
+@dataclasses.dataclass(eq=False)  # one server's state: compared by identity, never by value
 class FakeState:
-    def __init__(
-        self,
-        step_s=0.005,
-        first_s=0.02,
-        fail_every=0,
-        error_every=0,
-        chunked=True,
-        usage=True,
-        context_length=None,
-        metrics=None,
-        compile_s=0.0,
-        compiled=(1,),
-        stall_rids=(),
-        dead_after=0,
-    ):
-        self.step_s = step_s
-        self.first_s = first_s
-        self.fail_every = fail_every  # every Nth measured request answers HTTP 500
-        self.error_every = error_every  # every Nth measured request streams an error event
-        self.chunked = chunked
-        self.usage = usage
-        self.context_length = context_length  # reported by /server_info when set
-        self.metrics = metrics  # Prometheus text served at /metrics (404 when None)
+    """How the fake server behaves (the fields, FakeServer's keywords) and what it recorded."""
+
+    step_s: float = 0.005
+    first_s: float = 0.02
+    fail_every: int = 0  # every Nth measured request answers HTTP 500
+    error_every: int = 0  # every Nth measured request streams an error event
+    chunked: bool = True
+    usage: bool = True
+    context_length: int | None = None  # reported by /server_info when set
+    metrics: str | None = None  # Prometheus text served at /metrics (404 when None)
+    compile_s: float = 0.0
+    compiled: Iterable[int] = (1,)  # batch sizes already compiled (1: the server's own start-up warm-up)
+    stall_rids: Iterable[str] = ()
+    # after this many generation requests the engine is gone: every later request, /health
+    # included, answers 503 (a crash at the first prefill answers nothing useful either)
+    dead_after: int = 0
+
+    def __post_init__(self):
+        self.compiled = set(self.compiled)
+        self.stall_rids = tuple(self.stall_rids)
         self.metrics_scrapes = 0
-        self.compile_s = compile_s
-        self.compiled = set(compiled)  # batch sizes already compiled (1: the server's own start-up warm-up)
-        self.stall_rids = tuple(stall_rids)
-        # after this many generation requests the engine is gone: every later request, /health
-        # included, answers 503 (a crash at the first prefill answers nothing useful either)
-        self.dead_after = dead_after
         self.pause_until = 0.0  # monotonic time before which no stream sends a token
         self.pauses = []  # {"at", "seconds", "batch", "rid"} for each stall the server made
         self.lock = threading.Lock()
