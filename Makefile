@@ -31,7 +31,7 @@ export PY_COLORS := 0
 INVENTORY ?= inventory/demo
 S ?=
 
-.PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test test-under-load test-checks-then-suites lint unit integration conformance molecule bench-sim bench-client bench-rate bench-health bench-health-replay bench-plan bench-predict flags reliability collection sanity clean
+.PHONY: help venv oracle gpu-sweep vllm vllm-flags test-vllm router plan sweep report sim test test-under-load test-checks-then-conformance lint unit integration conformance molecule bench-sim bench-client bench-rate bench-health bench-health-replay bench-plan bench-predict flags reliability collection sanity clean
 
 # The descriptions name make variables: printed with their values (make help INVENTORY=inventory/x).
 help: ## list the targets
@@ -69,29 +69,30 @@ sim: $(STAMP) ## run the simulated engine in the foreground: make sim ARGS="--mo
 	$(PY) -m sglang_sim $(ARGS)
 
 # CI's box has 2 cores and the suites are CPU-bound together, so the order decides the time.
-# Molecule, the longest, starts at once. Beside it lint and unit run first, side by side and at a
-# higher priority (nice -10, as root), so that a quick failure shows early; no test's verdict
-# depends on the priority (make test-under-load). Then integration and conformance. Each suite's
-# output is printed whole when it ends (-O), and the stages' seconds at the end (ci/stage.sh). TEST_WORKERS: pytest processes of the integration suite (pytest-xdist, one test
-# file per worker, so a file's module-scoped deployment is made once).
+# Molecule and integration, the two longest, start at once (integration decides the total: its
+# files run longest first on TEST_WORKERS pytest-xdist workers, one file per worker so that a file's
+# module-scoped deployment is made once). Beside them lint and unit run first, side by side and at
+# a higher priority (nice -10, as root), so that a quick failure shows early; then conformance. No
+# test's verdict depends on the priority or the load (make test-under-load). Each suite's output is
+# printed whole when it ends (-O), and the stages' seconds at the end (ci/stage.sh).
 TEST_WORKERS ?= 2
-test: ## everything CI runs: molecule from the start; beside it lint and unit, then integration and conformance
+test: ## everything CI runs: molecule and integration from the start; beside them lint and unit, then conformance
 	@rm -rf build/stages
-	@rc=0; $(MAKE) --no-print-directory -j4 -O molecule test-checks-then-suites || rc=$$?; \
+	@rc=0; $(MAKE) --no-print-directory -j4 -O molecule integration test-checks-then-conformance || rc=$$?; \
 	  echo "== make test: wall seconds per stage (stages overlap)"; ci/stage.sh summary; exit $$rc
 
 test-under-load: ## make test while two CPU-bound processes run beside it
 	ci/under_load.sh 2 $(MAKE) --no-print-directory test
 
-# test's second lane; the sub-makes share its job slots (two pairs of suites side by side)
-test-checks-then-suites: $(STAMP)
+# test's third lane; the sub-make shares its job slots
+test-checks-then-conformance: $(STAMP)
 	nice -n -10 $(MAKE) --no-print-directory -O lint unit
-	$(MAKE) --no-print-directory -O integration conformance
+	$(MAKE) --no-print-directory -O conformance
 
 lint: $(STAMP) ## ruff, yamllint, ansible-lint (production profile, --strict): every warning fails
 	$(STAGE) lint ci/lint.sh
 
-unit: $(STAMP) ## pure-Python unit tests (two pytest-xdist workers: the lane integration waits on)
+unit: $(STAMP) ## pure-Python unit tests (two pytest-xdist workers)
 	$(STAGE) unit $(PY) -m pytest -q -n 2 tests/unit
 
 integration: $(STAMP) ## playbooks driven through ansible-runner against the simulator
