@@ -147,6 +147,10 @@ def make_handler(state: FakeState):
                     state.pause_until = max(state.pause_until, now + state.compile_s)
                     state.pauses.append({"at": now, "seconds": state.compile_s, "batch": batch, "rid": rid})
             times = []
+            # A request stops counting as in flight once its last token is out, before the trailing
+            # events: the client starts its next request only after reading them, so a count
+            # dropped afterwards (in finally) would race that next request (max_inflight 5 at c4).
+            counted = True
             try:
                 due = arrival + state.first_s
                 for k in range(1, out + 1):
@@ -184,6 +188,9 @@ def make_handler(state: FakeState):
                             {"choices": [{"index": 0, "delta": {"content": "x"}}], "usage": None}
                         )
                     due += state.step_s
+                with state.lock:
+                    state.inflight -= 1
+                    counted = False
                 if (
                     self.path != "/generate"
                     and state.usage
@@ -198,7 +205,8 @@ def make_handler(state: FakeState):
                     self.wfile.flush()
             finally:
                 with state.lock:
-                    state.inflight -= 1
+                    if counted:
+                        state.inflight -= 1
                     state.log.append(
                         {
                             "rid": rid,
