@@ -5,12 +5,12 @@ It runs on a bare host ``python3`` (no aiohttp). Per concurrency level: a warm-u
 ``POST /flush_cache``, then ``num_prompts`` requests issued by ``concurrency`` workers, each of which
 sends its next request as soon as its previous one ends, so exactly ``concurrency`` requests are in
 flight until the queue drains. Request-rate levels send on a seeded schedule instead (open loop).
-A level that still stalled (bench_stall) is measured once more; both figures are kept.
+A level that still stalled (stall) is measured once more; both figures are kept.
 
 This module holds the configuration, the levels and what they record, the summary and the whole run.
-The parts it drives live beside it: bench_client (HTTP/1.1 + SSE client, closed and open loop),
-bench_workloads (datasets, prompts, request bodies), bench_schedule (arrival schedules), bench_slo (SLO,
-goodput, the SLO search), bench_telemetry (/metrics and GPUs) and bench_common (error, rates,
+The parts it drives live beside it: client (HTTP/1.1 + SSE client, closed and open loop),
+workloads (datasets, prompts, request bodies), schedule (arrival schedules), slo (SLO,
+goodput, the SLO search), telemetry (/metrics and GPUs) and common (error, rates,
 percentiles).
 
 Every figure is defined in ``FORMULAS`` (bench/formulas.py); the module's RETURN docs and every result record carry the same

@@ -147,7 +147,7 @@ def plan_pd_layout(
     base = lay["port"] or int(serving_n["base_port"])
     engine = pd_engine(serving_n)
 
-    # the shape of each role decides its GPUs per replica (plan_rules, as for any layout)
+    # the shape of each role decides its GPUs per replica (rules, as for any layout)
     reasons: list[str] = []
     notes: list[str] = []
     per_replica = {

@@ -142,7 +142,7 @@ def plan_layout(
     """Verdict, memory per rank, KV capacity, argv and env of one layout (on one host of `cluster`).
 
     args: are checked against the flags of SGLang sglang_version (the newest table when None).
-    A layout with a `pd:` key is prefill/decode disaggregation: plan_pd plans each of its roles here."""
+    A layout with a `pd:` key is prefill/decode disaggregation: pd.plan_pd_layout plans each of its roles here."""
     if isinstance(layout, dict) and "pd" in layout:
         from .pd import plan_pd_layout
 
