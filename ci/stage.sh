@@ -2,8 +2,11 @@
 # Seconds per stage of `make test`, so a slow run says where its time went.
 #   ci/stage.sh NAME CMD [ARG...]   run CMD, record its wall seconds and exit status as stage NAME
 #   ci/stage.sh summary             print "stage <name>: <seconds> s" for every stage recorded, in
-#                                   the order they started ("(failed)" after a non-zero status)
-# Records live in $STAGES_DIR (default build/stages), one file per stage; `make test` empties it first.
+#                                   the order they started ("(failed)" after a non-zero status),
+#                                   then the last lines of each failed stage's output
+# Records live in $STAGES_DIR (default build/stages), one file per stage, and each stage's output
+# (stdout and stderr together) in <name>.log beside it; `make test` empties it first. CI shows only
+# the end of a run's output, where a failed stage's own lines are long gone: the summary repeats them.
 # Where the cgroup v1 cpuacct controller is writable (root), each stage runs in a cgroup of its own
 # and the summary also prints "cpu <name>: <seconds> s", the CPU time of the stage's processes
 # (containers, which podman puts in cgroups of their own, not included): on a busy 2-core box
@@ -31,6 +34,12 @@ if [[ ${1:-} == summary ]]; then
   done
   printf '%s' "$cpu"
   }
+  for f in "${files[@]}"; do
+    read -r _ end status name <"$f"
+    [[ $end != - && $status != 0 && -s $DIR/$name.log ]] || continue
+    echo "== stage $name failed (exit $status); its last ${STAGE_TAIL:-60} lines ($DIR/$name.log):"
+    tail -n "${STAGE_TAIL:-60}" "$DIR/$name.log"
+  done
   exit 0
 fi
 name=${1:?usage: ci/stage.sh NAME CMD... | summary}
@@ -43,8 +52,8 @@ cg=$ACCT/sglang-layouts-stage-$name-$$
 if [[ -w $ACCT/tasks ]] && mkdir "$cg" 2>/dev/null && ! echo $$ >"$cg/tasks" 2>/dev/null; then
   rmdir "$cg" 2>/dev/null
 fi
-"$@"
-status=$?
+"$@" 2>&1 | tee "$DIR/$name.log"
+status=${PIPESTATUS[0]}
 if [[ -r $cg/cpuacct.usage ]]; then
   echo $(($(cat "$cg/cpuacct.usage") / 1000000000)) >"$DIR/$name.cpu"
   echo $$ >"$ACCT/tasks" 2>/dev/null && rmdir "$cg" 2>/dev/null # busy while a process of the stage lives on
