@@ -154,7 +154,7 @@ gpu-sweep: $(if $(filter $(VENV)/%,$(GPU_ANSIBLE)),$(STAMP)) ## on a GPU host: r
 	done; \
 	if [ -n "$$failed" ]; then echo "== gpu-sweep: no layout measured for:$$failed (each run's records say why)"; exit 1; fi
 
-bench-predict: $(STAMP) ## predicted vs measured speed for every real measurement the repo holds (estimate/speed.py)
+bench-predict: $(STAMP) ## predicted vs measured speed for every real measurement the repo holds (speed.py)
 	$(PY) benchmarks/bench_predict.py
 
 bench-plan: $(STAMP) ## time a layout search (8 GPUs x 2 nodes, 4 knobs), plan.yml over 200 layouts and over 10

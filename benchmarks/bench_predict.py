@@ -1,4 +1,4 @@
-"""Predicted vs measured for every real speed measurement the repo holds (estimate/speed.py, docs/cost-model.md).
+"""Predicted vs measured for every real speed measurement the repo holds (speed.py, docs/cost-model.md).
 
 Groups:
   seed      the seed's by-hand figures: Kimi K2.6 INT4 on 8 x RTX PRO 6000 Blackwell, PCIe (issue #25);
@@ -12,7 +12,7 @@ Groups:
   published figures for other boxes, with their source URL
 
 Per group: median absolute error, the worst, and Kendall tau between predicted and measured order.
-No constant of estimate/speed.py was fitted to any figure printed outside the group h200-pins.
+No constant of speed.py was fitted to any figure printed outside the group h200-pins.
 
     .venv/bin/python benchmarks/bench_predict.py [--json]
 """
@@ -30,8 +30,8 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "module_utils"))
 
+from sglang_layouts import speed  # noqa: E402
 from sglang_layouts.bench import stall  # noqa: E402
-from sglang_layouts.estimate import speed  # noqa: E402
 from sglang_layouts.plan import planner  # noqa: E402
 
 SEED_HW = {
@@ -112,7 +112,7 @@ def _lengths(cfg, key, n, rng):
 
 
 def pinning_figures() -> set[str]:
-    """The figures that pinned a constant of estimate/speed.py: a record (every level) or record@concurrency."""
+    """The figures that pinned a constant of speed.py: a record (every level) or record@concurrency."""
     with open(speed.MEASURED_DATA, encoding="utf-8") as f:
         entries = (json.load(f).get("constants") or {}).values()
     return {fig for e in entries for fig in e.get("figures") or []}

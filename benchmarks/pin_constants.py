@@ -1,4 +1,4 @@
-"""Pin estimate/speed.py's OPEN constants from the H200 shard runs (docs/cost-model.md section 5), and print how.
+"""Pin speed.py's OPEN constants from the H200 shard runs (docs/cost-model.md section 5), and print how.
 
 Each constant is solved from named levels of committed records, with the other constants as they
 stand, so the arithmetic is here to rerun and to read:
@@ -30,8 +30,7 @@ sys.path.insert(0, os.path.join(REPO, "module_utils"))
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
 import bench_predict  # noqa: E402
-from sglang_layouts import fileio  # noqa: E402
-from sglang_layouts.estimate import speed  # noqa: E402
+from sglang_layouts import fileio, speed  # noqa: E402
 
 LEASE = "benchmarks/results/h200-2026-12-04"
 LEASE_CMD = (
@@ -171,7 +170,7 @@ def main(argv=None):
     if a.write:
         doc = {
             "about": (
-                "Constants of estimate/speed.py pinned by our own measurements; written by "
+                "Constants of speed.py pinned by our own measurements; written by "
                 "benchmarks/pin_constants.py --write. Each entry: value, source (the records under "
                 "benchmarks/results/), derivation, command (the lease that made the records)."
             ),

@@ -1,6 +1,6 @@
 """Per-layout timing of the simulated engine: the planner's speed model, nothing of its own.
 
-Every decode step and prefill batch takes what `sglang_layouts.estimate.speed` (docs/cost-model.md) predicts
+Every decode step and prefill batch takes what `sglang_layouts.speed` (docs/cost-model.md) predicts
 for this layout on the simulated host (SGLANG_SIM_GPU_NAME, default the seed's RTX PRO 6000
 Blackwell). Tests that need a fixed pace set SGLANG_SIM_DECODE_STEP_MS (any batch size) and
 SGLANG_SIM_PREFILL_MS_PER_TOKEN (then a prefill batch takes one decode step plus that per token).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from sglang_layouts.estimate.speed import SpeedModel, model_for
+from sglang_layouts.speed import SpeedModel, model_for
 
 GIB = 1 << 30
 
@@ -56,7 +56,7 @@ class SimCost:
     def describe(self) -> dict:
         m = self.model
         return {
-            "source": "module_utils/sglang_layouts/estimate/speed.py",
+            "source": "module_utils/sglang_layouts/speed.py",
             "fixed_step_ms": None if self.fixed_step_s is None else self.fixed_step_s * 1e3,
             "prefill_ms_per_token": None
             if self.prefill_per_token_s is None

@@ -401,7 +401,7 @@ class Scheduler:
     def step_batch(self) -> tuple[int, int]:
         """(requests, KV tokens) one decode step costs as: under DP-attention every DP group steps
         together (the MoE layers gather all groups' tokens), so the step is the batch of all of
-        them, as estimate/speed.py predicts it; otherwise this group's own."""
+        them, as speed.py predicts it; otherwise this group's own."""
         peers = self.sim.schedulers if getattr(self.sim.args, "enable_dp_attention", False) else [self]
         return sum(len(s.running) for s in peers), sum(s.kv_in_use() for s in peers)
 

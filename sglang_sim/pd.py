@@ -30,8 +30,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from sglang_layouts.estimate.speed import kv_link, kv_transfer_s
 from sglang_layouts.gate.probe import FAKE_BOOTSTRAP_HOST
+from sglang_layouts.speed import kv_link, kv_transfer_s
 
 from .cost import env_float
 

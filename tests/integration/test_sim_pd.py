@@ -12,8 +12,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-from sglang_layouts.estimate.speed import kv_transfer_s
 from sglang_layouts.gate import logclass
+from sglang_layouts.speed import kv_transfer_s
 
 from sglang_sim.launcher import SimProcess, free_port
 from tests.helpers.demo import FAST_DECODE, kimi_plan

@@ -73,7 +73,7 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, engine_va
     assert tp8["gpu"]["gpu_count"] == 8 and tp8["health"]["ready_after_s"] > 0
     assert tp8["kv_tokens"]["measured"] == tp8["health"]["max_total_num_tokens"] > 0
     assert "ttft_ms" in tp8["formulas"] and tp8["bench_config"]["output_len"] == 8
-    # the speed it was measured against: the simulated engine runs on that same model (estimate/speed.py)
+    # the speed it was measured against: the simulated engine runs on that same model (speed.py)
     assert set(tp8["prediction"]["speed"]["by_concurrency"]) == {"1", "4"}
     assert all(lv["predicted_output_tok_s"] > 0 for lv in tp8["levels"])
     # where the layout's time went: the engine's start, the levels, the stop, and the tool's own rest

@@ -8,9 +8,9 @@ import json
 
 import pytest
 from sglang_layouts.estimate.model import GIB, PlanError, load_model
-from sglang_layouts.estimate.speed import SpeedModel
 from sglang_layouts.gpu_specs import gpu_spec
 from sglang_layouts.plan import planner
+from sglang_layouts.speed import SpeedModel
 
 H200_1 = {"gpu_count": 1, "gpu_memory_gib": 139.80, "gpu_interconnect": "nvlink", "gpu_name": "NVIDIA H200"}
 SERVING = {"mem_fraction_static": 0.88, "context_length": 8192}

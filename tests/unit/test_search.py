@@ -5,7 +5,7 @@ import json
 
 import pytest
 import yaml
-from sglang_layouts.estimate import speed
+from sglang_layouts import speed
 from sglang_layouts.estimate.model import PlanError
 from sglang_layouts.names import layout_name_problem
 from sglang_layouts.plan import calibrate, planner, search, table

@@ -100,8 +100,8 @@ def test_the_roles_key_file_is_read_by_the_simulator(tmp_path):
 
 
 def test_the_simulator_runs_on_the_planners_speed_model(monkeypatch):
-    """sglang_sim/cost.py holds no physics: its step is estimate/speed.py's for the same plan and host."""
-    from sglang_layouts.estimate.speed import model_for
+    """sglang_sim/cost.py holds no physics: its step is speed.py's for the same plan and host."""
+    from sglang_layouts.speed import model_for
 
     monkeypatch.delenv("SGLANG_SIM_DECODE_STEP_MS", raising=False)
     monkeypatch.delenv("SGLANG_SIM_PREFILL_MS_PER_TOKEN", raising=False)
@@ -251,7 +251,7 @@ def test_prefix_cache_counts_leading_blocks_seen_since_the_last_flush():
 
 
 def test_dp_attention_groups_step_at_the_batch_of_all_groups():
-    """estimate/speed.py predicts a DP-attention step from the global batch (the MoE gathers every group's
+    """speed.py predicts a DP-attention step from the global batch (the MoE gathers every group's
     tokens); the simulator's groups must cost their steps the same way, or its peak drifts from the
     plan's (the demo's dp-attention: 812 simulated against 503 predicted)."""
 

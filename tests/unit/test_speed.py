@@ -1,10 +1,10 @@
-"""The speed model (module_utils/sglang_layouts/estimate/speed.py) against real records and its own physics."""
+"""The speed model (module_utils/sglang_layouts/speed.py) against real records and its own physics."""
 
 import json
 from pathlib import Path
 
 import pytest
-from sglang_layouts.estimate import speed
+from sglang_layouts import speed
 from sglang_layouts.gpu_specs import gpu_spec
 from sglang_layouts.plan import planner
 

@@ -273,7 +273,7 @@ def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hard
         "kv_bytes_per_token_layer": spec.kv_bytes_per_token_per_layer(par["attn_tp"], spec.quant.param_bytes),
         # one token's hidden state, the message of each all-reduce (activations in the model dtype)
         "allreduce_bytes_per_token": int(spec.config["hidden_size"]) * spec.quant.param_bytes,
-        # what the speed model (estimate/speed.py) needs besides bytes: kernel path, router, attention shape
+        # what the speed model (speed.py) needs besides bytes: kernel path, router, attention shape
         "family": spec.family,
         "kernels_per_layer": spec.arch.kernels_per_layer or None,
         "quant_method": spec.quant.method,
@@ -290,7 +290,7 @@ def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hard
         "router_correction_bias": str(spec.config.get("topk_method") or "") == "noaux_tc"
         or spec.arch.correction_bias == "always"
         or spec.arch.router_bias,
-        # which layers read which KV (estimate/speed.py): full layers every token, sliding ones a window,
+        # which layers read which KV (speed.py): full layers every token, sliding ones a window,
         # linear ones a fixed state per request
         "kv_layers": _kv_layers(spec, par),
         "unchecked": _unchecked(spec),
@@ -331,7 +331,7 @@ def _kv_layers(spec: ModelSpec, par: dict) -> dict | None:
 
 
 def _unchecked(spec: ModelSpec) -> str | None:
-    """What no H200 record has pinned for this model (estimate/speed.py adds it to the plan's assumptions)."""
+    """What no H200 record has pinned for this model (speed.py adds it to the plan's assumptions)."""
     why = []
     if not spec.arch.moe_kernel_checked:
         why.append(f"{spec.architecture}'s kernels (no H200 record of this architecture meets the target)")

@@ -1,7 +1,7 @@
 """The search's loop after each measured layout: refit the speed model's efficiency factors for the
 host, re-rank the candidates, pick the next one or stop (docs/planner.md, "Layout search").
 
-Refit: three bounded scale factors over estimate/speed.py's constants (FACTORS), chosen to minimise the mean
+Refit: three bounded scale factors over speed.py's constants (FACTORS), chosen to minimise the mean
 squared log ratio of measured to predicted output tok/s over every level (and the single-request
 speed) of every layout measured on the host so far; coordinate descent, golden-section per factor.
 The observed error is exp(RMS log ratio) - 1 after the fit. The top_k best (re-ranked after each
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from ..estimate import speed
+from .. import speed
 from .search import lower_is_better, objective_value, rank_entries
 
 # factor: (the constants it scales, (lowest, highest) scale). Bounded so that a fit on a few levels
@@ -37,7 +37,7 @@ MEASURED = ("ok", "degraded")
 
 
 def constants_for(scales: dict[str, float]) -> dict[str, float]:
-    """estimate/speed.py's constants under the scale factors (the table's own values times each scale)."""
+    """speed.py's constants under the scale factors (the table's own values times each scale)."""
     out = {}
     for factor, (names, _bounds) in FACTORS.items():
         s = float(scales.get(factor, 1.0))

@@ -30,11 +30,11 @@ from ..estimate.memory import (
     weights_assumptions,
 )
 from ..estimate.model import GIB, SUPPORTED_ARCHITECTURES, ModelSpec, PlanError, load_model
-from ..estimate.speed import predict as predict_speed
-from ..estimate.speed import predict_pd
 from ..secrets import MASK, is_secret, mask_env
 from ..secrets import patterns as secret_patterns
 from ..serve.render import render_argv, render_env, slug, unit_name
+from ..speed import predict as predict_speed
+from ..speed import predict_pd
 from . import validate
 from .inputs import (
     LAYOUT_KEYS,
@@ -559,12 +559,12 @@ SPEED_HARDWARE_KEYS = ("gpu_name", "gpu_memory_bandwidth_gbs", "gpu_interconnect
 
 
 def _add_speed(plans: list[dict], hardware: dict, bench: dict | None) -> str | None:
-    """Each fitting layout's predicted speed (estimate/speed.py) at the inventory's benchmark; why not, once."""
+    """Each fitting layout's predicted speed (speed.py) at the inventory's benchmark; why not, once."""
     why_not = None
     for p in plans:
         p["speed"] = None
         if p["verdict"] == "fits":
-            # a pd layout: each pool's rate, the rate-matched throughput and the KV transfer (estimate/speed.py)
+            # a pd layout: each pool's rate, the rate-matched throughput and the KV transfer (speed.py)
             p["speed"], why = (predict_pd if p.get("pd") else predict_speed)(p, hardware, bench)
             why_not = why_not or why
             if p["speed"]:

@@ -2,7 +2,7 @@
 
 Enumerate every combination of the parallelism and serving knobs the search varies, let the
 planner's own rules (planner.plan_layout) drop the invalid and the ones that do not fit, rank the
-rest by the speed model's prediction (estimate/speed.py) for the objective, and drop the dominated. The plan
+rest by the speed model's prediction (speed.py) for the objective, and drop the dominated. The plan
 JSON's `search` section holds the result; the top candidates join the plan's layouts so that the
 sweep can deploy them. The calibration loop (refit, re-rank, stop) lives in plan/calibrate.py.
 
@@ -21,9 +21,9 @@ import re
 
 from ..engines import SGLANG, engine_flags, flag_index
 from ..estimate.model import PlanError, kind_of
-from ..estimate.speed import predict as predict_speed
-from ..estimate.speed import predict_pd
 from ..report.results import cost_per_mtok
+from ..speed import predict as predict_speed
+from ..speed import predict_pd
 from .inputs import normalize_layout
 from .rules import layout_problems, parallel_shape
 
@@ -365,7 +365,7 @@ class Predictor:
         self.cache: dict[str, tuple] = {}
 
     def __call__(self, plan: dict) -> dict | None:
-        from ..estimate.speed import prediction_key
+        from ..speed import prediction_key
 
         key = prediction_key(plan, self.hardware, self.bench)
         if key not in self.cache:

@@ -128,7 +128,7 @@ def plan_table(plan: dict) -> list[str]:
     ]
     out += [line.format(*r) for r in rows]
     out.append(
-        "  * predicted by module_utils/sglang_layouts/estimate/speed.py (docs/cost-model.md); peak: output tok/s @ concurrency"
+        "  * predicted by module_utils/sglang_layouts/speed.py (docs/cost-model.md); peak: output tok/s @ concurrency"
         if not plan.get("speed_note")
         else f"  * {plan['speed_note']}"
     )
@@ -219,6 +219,6 @@ def search_table(section: dict, rows: int = SEARCH_ROWS) -> list[str]:
         else "  dropped: none"
     )
     out.append(
-        "  * predicted by estimate/speed.py at the inventory's benchmark; KV tokens: all DP groups and replicas"
+        "  * predicted by speed.py at the inventory's benchmark; KV tokens: all DP groups and replicas"
     )
     return out

@@ -345,7 +345,7 @@ def _speed_lines(table, reference, multi_host, multi_engine):
     if real:
         lines += [
             "",
-            "Predicted (module_utils/sglang_layouts/estimate/speed.py) beside measured output tok/s:",
+            "Predicted (module_utils/sglang_layouts/speed.py) beside measured output tok/s:",
             "",
         ]
         for r in real:

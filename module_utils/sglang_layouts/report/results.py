@@ -259,7 +259,7 @@ def build_record(
 
 
 def with_predicted_speed(levels, speed):
-    """The bench levels, each with the output tok/s the plan predicted at its concurrency (estimate/speed.py)."""
+    """The bench levels, each with the output tok/s the plan predicted at its concurrency (speed.py)."""
     by = (speed or {}).get("by_concurrency") or {}
     out = []
     for level in levels or []:

@@ -121,7 +121,7 @@ def check(rec: dict) -> dict:
 
 def predict_again(rec: dict, workload: dict) -> dict | None:
     """The record's layout predicted at another workload (its plan's cost, argv and host figures)."""
-    from ..estimate.speed import predict
+    from ..speed import predict
 
     pred = rec.get("prediction") or {}
     hardware = (pred.get("speed") or {}).get("hardware")

@@ -24,7 +24,7 @@ import json
 import math
 import os
 
-from ..gpu_specs import TABLE_PATH, gpu_spec
+from .gpu_specs import TABLE_PATH, gpu_spec
 
 # Constants: (value, status, source). status: SRC (datasheet/code), MEAS (a published or our
 # measurement), OPEN (a prior; docs/cost-model.md names the H200 run that pins it).
@@ -77,7 +77,7 @@ CONSTANTS: dict[str, tuple[float, str, str]] = {
 # Our measurements replace the priors: data/speed_measured.json holds {"constants": {name: {"value",
 # "source" (the file under benchmarks/results/), "command"}}}; each entry turns its constant MEAS.
 # the package's data folder, one level up from estimate/
-DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 MEASURED_DATA = os.path.join(DATA, "speed_measured.json")
 
 
@@ -89,9 +89,7 @@ def _load_measured(path: str = MEASURED_DATA) -> None:
         return
     for name, entry in entries.items():
         if name not in CONSTANTS:
-            raise ValueError(
-                f"{path}: {name} is not a constant of estimate/speed.py ({', '.join(CONSTANTS)})"
-            )
+            raise ValueError(f"{path}: {name} is not a constant of speed.py ({', '.join(CONSTANTS)})")
         CONSTANTS[name] = (float(entry["value"]), "MEAS", f"{entry['source']} ({entry.get('command', '')})")
 
 
@@ -188,7 +186,7 @@ class overrides:
     def __init__(self, values: dict[str, float] | None):
         unknown = sorted(set(values or {}) - set(CONSTANTS))
         if unknown:
-            raise ValueError(f"not constants of estimate/speed.py: {', '.join(unknown)}")
+            raise ValueError(f"not constants of speed.py: {', '.join(unknown)}")
         self.values = dict(values or {})
         self.saved: dict = {}
 
