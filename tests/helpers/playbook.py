@@ -71,6 +71,9 @@ def ansible_env() -> dict:
         "ANSIBLE_MODULE_UTILS": str(REPO / "module_utils"),
         "ANSIBLE_FILTER_PLUGINS": str(REPO / "filter_plugins"),
         "ANSIBLE_ACTION_PLUGINS": str(REPO / "action_plugins"),
+        # ansible-runner sets this variable (its own stdout callback), which hides ansible.cfg's
+        # callback_plugins: named here, the preload callback loads under the runner too
+        "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "callback_plugins"),
         "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".venv" / "collections"),
         "ANSIBLE_FORCE_COLOR": "0",
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
