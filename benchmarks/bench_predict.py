@@ -206,7 +206,12 @@ def h200_rows():
             ds = (cfg.get("dataset") or {}).get("name")
             what = f"{name} {rec['layout']} c{conc}" + (f" ({ds}, {n} prompts)" if ds else "")
             r = row("h200", what, lv["output_tok_s"], pred["output_tok_s"], rel)
-            if rel in pins or f"{rel}@{conc}" in pins:
+            gpu = ((rec.get("gpu") or {}).get("gpu_names") or ["NVIDIA H200"])[0]
+            if "H200" not in gpu:
+                # no constant was pinned on this GPU: its datasheet row and the H200's measured constants
+                r["group"] = "other-gpu"
+                r["what"] = f"{what} on {gpu}"
+            elif rel in pins or f"{rel}@{conc}" in pins:
                 r["group"] = "h200-pins"
             elif i in stalled:
                 r["group"] = "h200-stalled"  # the figure timed a stall the record kept (issue #28)
@@ -308,6 +313,7 @@ def targets(rows, summ):
     flagged = [r for r in seed if not 0.6 <= r["measured"] / r["predicted"] <= 1.4]
     outside = [r for r in seed if abs(r["error_pct"]) > 30 and r not in flagged]
     unchecked = summ.get("h200-unchecked")
+    other = summ.get("other-gpu")
     return [
         f"H200 (CUDA graphs): every figure within 15 %: {'yes' if not over else 'no: ' + ', '.join(over)}; "
         f"median {summ['h200']['median_abs_error_pct']:.1f} % (target 8 %)",
@@ -315,6 +321,12 @@ def targets(rows, summ):
         + (
             f"{unchecked['n']} figures, median {unchecked['median_abs_error_pct']:.1f} %, worst {unchecked['worst']}"
             if unchecked
+            else "none"
+        ),
+        "other GPUs (nothing fitted on them, the H200's constants and their datasheet rows): "
+        + (
+            f"{other['n']} figures, median {other['median_abs_error_pct']:.1f} %, worst {other['worst']}"
+            if other
             else "none"
         ),
         "seed: flagged (measured outside 0.6-1.4 x the prediction): "
