@@ -155,12 +155,17 @@ def record_model(path: str):
         "gpu_count": (rec.get("gpu") or {}).get("gpu_count", 1),
         "gpu_memory_gib": (rec.get("gpu") or {}).get("gpu_memory_gib", 139.8),
         "gpu_interconnect": (rec.get("gpu") or {}).get("gpu_interconnect", "none"),
-        "gpu_name": ((rec.get("gpu") or {}).get("gpu_names") or ["NVIDIA H200"])[0],
+        "gpu_name": record_gpu(rec),
     }
     m, p = model(name, layout, hw, serving)
     p["argv"] = rec.get("argv") or p["argv"]  # the server as it ran (CUDA graphs, overlap...)
     m, _ = speed.model_for(p, hw)
     return rec, name, m, p
+
+
+def record_gpu(rec) -> str:
+    """The GPU a record ran on (records older than gpu_names ran on the H200)."""
+    return ((rec.get("gpu") or {}).get("gpu_names") or ["NVIDIA H200"])[0]
 
 
 def stalled_levels(rec) -> set[int]:
@@ -206,7 +211,7 @@ def h200_rows():
             ds = (cfg.get("dataset") or {}).get("name")
             what = f"{name} {rec['layout']} c{conc}" + (f" ({ds}, {n} prompts)" if ds else "")
             r = row("h200", what, lv["output_tok_s"], pred["output_tok_s"], rel)
-            gpu = ((rec.get("gpu") or {}).get("gpu_names") or ["NVIDIA H200"])[0]
+            gpu = record_gpu(rec)
             if "H200" not in gpu:
                 # no constant was pinned on this GPU: its datasheet row and the H200's measured constants
                 r["group"] = "other-gpu"
@@ -312,22 +317,23 @@ def targets(rows, summ):
     seed = [r for r in rows if r["group"] == "seed"]
     flagged = [r for r in seed if not 0.6 <= r["measured"] / r["predicted"] <= 1.4]
     outside = [r for r in seed if abs(r["error_pct"]) > 30 and r not in flagged]
-    unchecked = summ.get("h200-unchecked")
-    other = summ.get("other-gpu")
+
+    def group_line(title, group):
+        g = summ.get(group)
+        detail = (
+            f"{g['n']} figures, median {g['median_abs_error_pct']:.1f} %, worst {g['worst']}" if g else "none"
+        )
+        return f"{title}: {detail}"
+
     return [
         f"H200 (CUDA graphs): every figure within 15 %: {'yes' if not over else 'no: ' + ', '.join(over)}; "
         f"median {summ['h200']['median_abs_error_pct']:.1f} % (target 8 %)",
-        "H200, architectures whose plan says the prediction is unchecked (not met, not claimed): "
-        + (
-            f"{unchecked['n']} figures, median {unchecked['median_abs_error_pct']:.1f} %, worst {unchecked['worst']}"
-            if unchecked
-            else "none"
+        group_line(
+            "H200, architectures whose plan says the prediction is unchecked (not met, not claimed)",
+            "h200-unchecked",
         ),
-        "other GPUs (nothing fitted on them, the H200's constants and their datasheet rows): "
-        + (
-            f"{other['n']} figures, median {other['median_abs_error_pct']:.1f} %, worst {other['worst']}"
-            if other
-            else "none"
+        group_line(
+            "other GPUs (nothing fitted on them, the H200's constants and their datasheet rows)", "other-gpu"
         ),
         "seed: flagged (measured outside 0.6-1.4 x the prediction): "
         + (", ".join(r["what"] for r in flagged) or "none")

@@ -12,7 +12,7 @@ DOCUMENTATION = """
       - Ansible runs each task of each host in a process forked from the controller's main process.
         The filters of this collection (sglang_plan and the others) call a Python library that they
         import when first used, and without this callback that import happened anew in every worker
-        process that used a filter (a quarter of the controller's CPU in plan.yml over 20 hosts; a
+        process that used a filter (a quarter of py-spy's samples of plan.yml over 20 hosts; a
         sweep, whose CPU goes to modules and the engine, gains little).
       - This callback imports the library in the main process when the playbook starts, so that
         every worker inherits it. It prints nothing and changes no result; where it cannot load the
