@@ -246,17 +246,15 @@ options:
         does not; the simulator does).
     type: list
     elements: str
+extends_documentation_fragment: ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: In check mode no request is sent; the module returns the configuration it would run.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: none
     details: It measures and reports (changed is always false); the only file it writes is the progress log.
   platform:
-    description: Target OS/families that can be operated against.
     support: full
     platforms: posix
 notes:

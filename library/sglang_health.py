@@ -175,17 +175,15 @@ options:
   resume:
     description: The C(resume) state a pending call returned; the wait goes on from there (same log position and clock).
     type: dict
+extends_documentation_fragment: ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: In check mode the module only reports what it would wait for.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: none
     details: It waits and reports (changed is always false); it changes nothing it could show a diff of.
   platform:
-    description: Target OS/families that can be operated against.
     support: full
     platforms: posix
 author: sglang-layouts maintainers (@sglang-layouts)

@@ -71,17 +71,15 @@ options:
     description: Seconds between SIGTERM and SIGKILL of the group.
     type: float
     default: 30
+extends_documentation_fragment: ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: In check mode nothing is started, stopped or removed; changed (and restarted) say what would be.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: none
     details: It starts and stops processes; it changes no file it could show a diff of.
   platform:
-    description: Target OS/families that can be operated against.
     support: full
     platforms: posix
     details: The supervisor finds the processes of a group in /proc, so it needs Linux.

@@ -96,17 +96,15 @@ options:
         C({deploy_s, ready_s, bench_s, warmup_s, stop_s, tool_s, wall_s}) computed by results.layout_timing from these
         and the record's health and levels (its C(formulas.timing) says how); without it C(timing) is null.
     type: dict
+extends_documentation_fragment: ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: In check mode nothing is written; the path the record would get is returned.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: none
     details: A record is a new file, never an edit of one; the module returns the record instead.
   platform:
-    description: Target OS/families that can be operated against.
     support: full
     platforms: posix
 """

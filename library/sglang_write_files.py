@@ -35,17 +35,15 @@ options:
   prune_glob:
     description: Glob (relative to O(dest)) of files this module owns; those not in O(files) are removed.
     type: str
+extends_documentation_fragment: ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: In check mode nothing is written, created or removed; written and removed list what would be.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: full
     details: Each written file's old and new content, and each pruned file's old content.
   platform:
-    description: Target OS/families that can be operated against.
     support: full
     platforms: posix
 author: sglang-layouts maintainers (@sglang-layouts)
