@@ -334,9 +334,10 @@ def model_dir_factory():
     return sglang_model_dir
 
 
-def load_generator_argv(backend: str, tokenizer) -> list[str]:
-    """The arguments a load generator's CLI needs before its workload flags, aimed at a closed port:
-    the schedule tests stop it before its first request."""
+def schedule_argv(backend: str, tokenizer, seed, request_rate, num_prompts) -> list[str]:
+    """The arguments a load generator's CLI needs to draw the schedule of `num_prompts` requests at
+    `request_rate` from `seed`, aimed at a closed port (the schedule tests stop it before its first
+    request); the caller adds the dataset's flags."""
     return [
         "--backend",
         backend,
@@ -348,7 +349,22 @@ def load_generator_argv(backend: str, tokenizer) -> list[str]:
         str(tokenizer),
         "--ready-check-timeout-sec",
         "0",
+        "--num-prompts",
+        str(num_prompts),
+        "--request-rate",
+        str(request_rate),
+        "--seed",
+        str(seed),
     ]
+
+
+def run_schedule_oracle(python, script: Path, cases: list, work: Path, timeout: float = 300) -> list:
+    """The row the oracle `script` prints for each case (a load generator's argv, see schedule_argv)."""
+    (work / "cases.json").write_text(json.dumps(cases))
+    proc = run_oracle(python, [script, work / "cases.json"], timeout=timeout, cwd=work)
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(rows) == len(cases)
+    return rows
 
 
 VLLM_SH = REPO / "ci" / "vllm.sh"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import HERE, load_generator_argv, run_oracle
+from conftest import HERE, run_oracle, run_schedule_oracle, schedule_argv
 from sglang_layouts.bench import schedule
 
 # (seed, request rate, num_prompts, input_len, output_len, range_ratio)
@@ -36,7 +36,7 @@ def oracle_gaps(oracle_python, oracle_tokenizer, tmp_path_factory):
     work = tmp_path_factory.mktemp("bench-serving-schedule")
     cases = [
         [
-            *load_generator_argv("sglang", oracle_tokenizer),
+            *schedule_argv("sglang", oracle_tokenizer, seed, rate, n),
             "--dataset-name",
             "random-ids",
             "--tokenize-prompt",
@@ -46,22 +46,10 @@ def oracle_gaps(oracle_python, oracle_tokenizer, tmp_path_factory):
             str(out),
             "--random-range-ratio",
             str(ratio),
-            "--num-prompts",
-            str(n),
-            "--request-rate",
-            str(rate),
-            "--seed",
-            str(seed),
         ]
         for seed, rate, n, inp, out, ratio in CASES
     ]
-    (work / "cases.json").write_text(json.dumps(cases))
-    proc = run_oracle(
-        oracle_python, [HERE / "oracle_bench_serving_schedule.py", work / "cases.json"], cwd=work
-    )
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(rows) == len(CASES)
-    return rows
+    return run_schedule_oracle(oracle_python, HERE / "oracle_bench_serving_schedule.py", cases, work)
 
 
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[f"seed{c[0]}-rate{c[1]:g}-n{c[2]}" for c in CASES])

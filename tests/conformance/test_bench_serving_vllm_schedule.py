@@ -8,10 +8,8 @@ module_utils/sglang_layouts/bench/schedule.py, standard library only.
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from conftest import HERE, load_generator_argv, run_oracle
+from conftest import HERE, run_schedule_oracle, schedule_argv
 from sglang_layouts.bench import schedule
 
 # (seed, request rate, burstiness, num_prompts)
@@ -29,34 +27,21 @@ def vllm_delays(vllm_venv, oracle_tokenizer, tmp_path_factory):
     work = tmp_path_factory.mktemp("vllm-schedule")
     cases = [
         [
-            *load_generator_argv("vllm", oracle_tokenizer),
+            *schedule_argv("vllm", oracle_tokenizer, seed, rate, n),
             "--dataset-name",
             "random",
             "--random-input-len",
             "16",
             "--random-output-len",
             "16",
-            "--num-prompts",
-            str(n),
-            "--request-rate",
-            str(rate),
             "--burstiness",
             str(b),
-            "--seed",
-            str(seed),
         ]
         for seed, rate, b, n in CASES
     ]
-    (work / "cases.json").write_text(json.dumps(cases))
-    proc = run_oracle(
-        vllm_venv / "bin" / "python",
-        [HERE / "oracle_vllm_schedule.py", work / "cases.json"],
-        cwd=work,
-        timeout=600,
+    return run_schedule_oracle(
+        vllm_venv / "bin" / "python", HERE / "oracle_vllm_schedule.py", cases, work, timeout=600
     )
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(rows) == len(CASES)
-    return rows
 
 
 @pytest.mark.parametrize(
