@@ -47,7 +47,8 @@ def layout(bootstrap: int, name: str = LAYOUT, prefill_env: dict | None = None) 
         "name": name,
         "pd": {
             "prefill": {"tp": 4, "bootstrap_port": bootstrap, "env": prefill_env or {}},
-            "decode": {"tp": 4},
+            # a fraction of its own, so that the decode server's KV pool is not the prefill server's
+            "decode": {"tp": 4, "args": {"mem_fraction_static": 0.8}},
             "transfer_backend": "mooncake",
         },
     }
@@ -94,6 +95,11 @@ def test_pd_layout_deploys_gates_benches_and_stops(env):
         "prefill": [f"http://127.0.0.1:{port + 1}"],
         "decode": [f"http://127.0.0.1:{port + 2}"],
     }
+    # the layout's KV capacity is its decode server's (it holds the conversations), as planned
+    health = facts["sglang_health"]
+    assert (
+        health["max_total_num_tokens"] == health["replica_max_total_num_tokens"][gated.index(UNITS["decode"])]
+    )
 
     r = run(e, {**extra, "layout": LAYOUT, "run_id": "pd-it"}, "bench.yml")
     assert r.rc == 0, failed_messages(r)

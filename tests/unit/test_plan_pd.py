@@ -230,10 +230,12 @@ def test_one_h200_shared_gpu(one_gpu):
     p, d = pd["pd"]["prefill"], pd["pd"]["decode"]
     assert p["units"][0]["gpu_ids"] == d["units"][0]["gpu_ids"] == [0] and pd["gpus_used"] == 1
     assert p["mem_fraction_static"] == 0.4 and d["mem_fraction_static"] == 0.5
-    # decode starts second and sizes its pool from what prefill's static pool leaves
-    assert p["gpu_memory_gib"] == 139.8 and d["gpu_memory_gib"] == pytest.approx(139.8 * 0.6, abs=0.01)
+    # decode starts second and sizes its pool from what prefill's CUDA context and static pool leave
+    assert p["gpu_memory_gib"] == 139.8 and d["gpu_memory_gib"] == pytest.approx(
+        (139.8 - 1.0) * 0.6, abs=0.01
+    )
     assert p["budget_gib"] == pytest.approx(0.4 * 139.8, abs=0.01)
-    assert d["budget_gib"] == pytest.approx(0.5 * 139.8 * 0.6, abs=0.01)
+    assert d["budget_gib"] == pytest.approx(0.5 * (139.8 - 1.0) * 0.6, abs=0.01)
     # Llama 3.1 8B: 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes = 128 KiB per token
     assert p["kv_bytes_per_token"] == d["kv_bytes_per_token"] == 131072
     for r in (p, d):

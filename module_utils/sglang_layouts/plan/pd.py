@@ -16,6 +16,7 @@ keeps each role's plan (memory, KV, units).
 from __future__ import annotations
 
 from ..engines import SGLANG, engine_flags, is_simulated
+from ..estimate.memory import CUDA_CONTEXT_GIB
 from ..estimate.model import ModelSpec
 from ..serve.render import unit_name
 from .inputs import (
@@ -180,18 +181,22 @@ def plan_pd_layout(
     for role in ROLES:
         blocks = placed.get(role) or []
         gpus0 = blocks[0][1] if blocks else None
-        # a decode server that shares its GPUs with a prefill server starts second: SGLang sizes its
-        # static pool from the memory free at its start, what the prefill server's fraction leaves
+        # A decode server that shares its GPUs with a prefill server starts second, and SGLang sizes
+        # its static pool from the memory free at its own start: the card less the prefill server's
+        # CUDA context and static pool (its fraction of what was free at its start, context gone).
+        # The prefill server's CUDA graphs and activations outside its pool are not counted here.
         hw = dict(hardware)
         if role == "decode" and pd["share_gpus"] and blocks and placed.get("prefill"):
             shared = set(gpus0) & set(placed["prefill"][0][1])
             left = 1 - _float(roles["prefill"][SGLANG.fraction_key], "mem_fraction_static")
             # a prefill fraction outside (0, 1) is refused in the prefill role's own reasons
             if shared and 0 < left < 1:
-                hw["gpu_memory_gib"] = round(hardware["gpu_memory_gib"] * left, 2)
+                hw["gpu_memory_gib"] = round((hardware["gpu_memory_gib"] - CUDA_CONTEXT_GIB) * left, 2)
                 notes.append(
                     f"{name}: decode shares GPU(s) {sorted(shared)} with prefill and starts after it: planned on "
-                    f"the {hw['gpu_memory_gib']:g} GiB the prefill server's mem_fraction_static leaves."
+                    f"the {hw['gpu_memory_gib']:g} GiB the prefill server's CUDA context and mem_fraction_static "
+                    "leave; its CUDA graphs and activations outside that pool leave the decode pool smaller "
+                    "(SGLang 0.5.16's prefill server captures prefill CUDA graphs too)."
                 )
         sub = plan_layout(
             _role_layout(

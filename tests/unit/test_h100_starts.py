@@ -1,0 +1,126 @@
+"""Real starts on one H100 (tests/fixtures/sglang-0.5.16/h100/, lease benchmarks/results/h100-2026-12-06b/)
+against the plan made from that lease's own ladder: weights per GPU and KV tokens within 2 %, per
+server of a prefill/decode layout whose two servers share the GPU.
+
+Two starts miss, each named with its cause and kept as a strict xfail, so the test fails once the
+plan reaches the measurement: the decode server that starts beside a prefill server finds the
+prefill server's CUDA graphs and activations outside its static pool (1.27 GB of prefill graphs
+logged) on the GPU, which the plan does not count; and the Kimi K2.6 TP8 rank's weights are 0.53 GiB
+(0.7 %) over the plan, which its 3 GiB pool (mem_fraction_static 0.95) turns into 10 % of KV.
+"""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from sglang_layouts.gate import logclass
+from sglang_layouts.plan import planner
+
+from benchmarks.plan_arch_check import dummy_model
+
+REPO = Path(__file__).resolve().parents[2]
+LOGS = REPO / "tests" / "fixtures" / "sglang-0.5.16" / "h100"
+LEASE = REPO / "benchmarks" / "results" / "h100-2026-12-06b"
+LADDERS = yaml.safe_load((LEASE / "ladders.yml").read_text())["sglang_gpu_ladders"]
+# torch's capacity of the card the lease got (its records' gpu block: 81,559 MiB, 79.19 GiB usable)
+H100 = {
+    "gpu_count": 1,
+    "gpu_memory_gib": 79.19,
+    "gpu_interconnect": "single",
+    "gpu_name": "NVIDIA H100 80GB HBM3",
+}
+BAR = 0.02
+
+
+def measured(log: str) -> dict:
+    """The start's figures, read by the gate's own parser (logclass.startup_figures)."""
+    out: dict = {}
+    for line in (LOGS / log).read_text().splitlines():
+        out.update(logclass.startup_figures(line))
+    return out
+
+
+def planned(model: str, layout: str) -> dict:
+    inputs = {
+        "host": "h",
+        "model": dummy_model(model),
+        "sglang_version": "0.5.16",
+        "hardware": H100,
+        "serving": {"mem_fraction_static": 0.88},
+        "layouts": [lay for lay in LADDERS[model] if lay["name"] == layout],
+    }
+    (lay,) = planner.plan_host(inputs)["layouts"]
+    assert lay["verdict"] == "fits", lay["reasons"]
+    return lay
+
+
+def server(model: str, layout: str, role: str | None) -> dict:
+    lay = planned(model, layout)
+    return lay["pd"][role] if role else lay
+
+
+CASES = [
+    ("qwen1.5-moe-a2.7b.tp1.log", "qwen1.5-moe-a2.7b", "tp1", None),
+    ("qwen1.5-moe-a2.7b.pd-prefill.log", "qwen1.5-moe-a2.7b", "pd-tcp", "prefill"),
+    pytest.param(
+        "qwen1.5-moe-a2.7b.pd-decode.log",
+        "qwen1.5-moe-a2.7b",
+        "pd-tcp",
+        "decode",
+        marks=pytest.mark.xfail(strict=True, reason="the prefill server's CUDA graphs are not planned"),
+    ),
+    pytest.param(
+        "kimi-k2.6-tp8-rank.tp1.log",
+        "kimi-k2.6-tp8-rank",
+        "tp1",
+        None,
+        marks=pytest.mark.xfail(strict=True, reason="0.53 GiB of the TP8 rank's weights not planned"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("log", "model", "layout", "role"), CASES)
+def test_plan_matches_the_real_start(log, model, layout, role):
+    real, plan = measured(log), server(model, layout, role)
+    assert real["weights_gib"] > 0 and real["kv_tokens"] > 0
+    assert abs(plan["weights_gib_per_gpu"] - real["weights_gib"]) <= BAR * real["weights_gib"], (plan, real)
+    assert abs(plan["kv_tokens"] - real["kv_tokens"]) <= BAR * real["kv_tokens"], (plan["kv_tokens"], real)
+
+
+def test_the_decode_pool_is_planned_on_what_the_prefill_server_left():
+    # what makes the decode server's pool: the memory free at its start (logged before its weights
+    # load) is the card less the prefill server's whole footprint; the plan counts its CUDA context
+    # and static pool, so it is above the real figure by the prefill server's graphs and activations
+    prefill, decode = (
+        measured("qwen1.5-moe-a2.7b.pd-prefill.log"),
+        measured("qwen1.5-moe-a2.7b.pd-decode.log"),
+    )
+    assert (
+        decode["avail_gib_before_load"]
+        < prefill["avail_gib_before_load"] - 0.42 * prefill["avail_gib_before_load"]
+    )
+    plan = server("qwen1.5-moe-a2.7b", "pd-tcp", "decode")
+    over = plan["kv_tokens"] / decode["kv_tokens"] - 1
+    assert 0 < over < 0.15, over
+
+
+def _gated(role, wave, seconds, kv, already=False):
+    unit = {"name": f"u-{role}", "role": role, "start_wave": wave}
+    return {
+        "__sglang_service_unit": unit,
+        "ready_after_s": seconds,
+        "max_total_num_tokens": kv,
+        "already_ready": already,
+    }
+
+
+def test_a_layout_starts_in_the_sum_of_its_waves_and_its_decode_server_stands_for_it():
+    from sglang_layouts.plan.placement import layout_readiness
+
+    # the pd-tcp start of the lease: prefill ready after 162.6 s, then decode after 67.8 s more
+    pd = layout_readiness([_gated("prefill", 0, 162.6, 33845), _gated("decode", 1, 67.8, 43355)])
+    assert pd == {"ready_after_s": 230.4, "already_ready": False, "figures": 1}
+    # replicas start together: the slowest one's time, the first server's figures
+    rep = layout_readiness([_gated(None, 0, 60.0, 1, True), _gated(None, 0, 62.5, 2, True)])
+    assert rep == {"ready_after_s": 62.5, "already_ready": True, "figures": 0}
+    assert layout_readiness([]) == {"ready_after_s": None, "already_ready": False, "figures": 0}
