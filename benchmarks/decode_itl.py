@@ -120,10 +120,11 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--from", dest="src", default=DEFAULT_DATA, help="per-batch medians (default %(default)s)"
     )
+    ap.add_argument("--lease", default=LEASE, help="the lease folder whose records are checked (default %(default)s)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     if a.logs:
-        data = derive(a.logs)
+        data = derive(a.logs, a.lease)
         if a.write:
             with open(a.write, "w", encoding="utf-8") as f:
                 json.dump(
@@ -131,7 +132,9 @@ def main(argv=None) -> int:
                         "about": "server decode ITL per running-batch size (median of SGLang's Decode batch "
                         "lines, the first after each prefill left out), derived by benchmarks/decode_itl.py "
                         "from the lease's raw unit logs",
-                        "command": f".venv/bin/python benchmarks/decode_itl.py --logs {a.logs} --write "
+                        "command": f".venv/bin/python benchmarks/decode_itl.py --lease "
+                        + os.path.relpath(os.path.abspath(a.lease), REPO)
+                        + f" --logs {a.logs} --write "
                         + os.path.relpath(os.path.abspath(a.write), REPO),
                         "records": data,
                     },
@@ -143,7 +146,7 @@ def main(argv=None) -> int:
     else:
         with open(a.src, encoding="utf-8") as f:
             data = json.load(f)["records"]
-    rows = check(data)
+    rows = check(data, a.lease)
     if a.json:
         print(json.dumps(rows, indent=1))
         return 0
