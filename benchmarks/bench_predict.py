@@ -27,6 +27,8 @@ import random
 import statistics
 import sys
 
+import yaml
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "module_utils"))
 
@@ -151,16 +153,65 @@ def record_model(path: str):
         "context_length": srv.get("context_length"),
         "kv_cache_dtype": None if srv.get("kv_cache_dtype") in (None, "auto") else srv["kv_cache_dtype"],
     }
-    hw = {
-        "gpu_count": (rec.get("gpu") or {}).get("gpu_count", 1),
-        "gpu_memory_gib": (rec.get("gpu") or {}).get("gpu_memory_gib", 139.8),
-        "gpu_interconnect": (rec.get("gpu") or {}).get("gpu_interconnect", "none"),
-        "gpu_name": record_gpu(rec),
-    }
+    hw = record_hw(rec)
     m, p = model(name, layout, hw, serving)
     p["argv"] = rec.get("argv") or p["argv"]  # the server as it ran (CUDA graphs, overlap...)
     m, _ = speed.model_for(p, hw)
     return rec, name, m, p
+
+
+def record_hw(rec) -> dict:
+    """The hardware block of a record's host, as the planner takes it."""
+    gpu = rec.get("gpu") or {}
+    return {
+        "gpu_count": gpu.get("gpu_count", 1),
+        "gpu_memory_gib": gpu.get("gpu_memory_gib", 139.8),
+        "gpu_interconnect": gpu.get("gpu_interconnect", "none"),
+        "gpu_name": record_gpu(rec),
+    }
+
+
+def pd_prediction(path: str, rec: dict, name: str):
+    """For a prefill/decode record: its layout as the lease's ladders.yml (the nearest one above the
+    record) defined it, planned for the record's GPU, and speed.predict_pd's output tok/s per
+    (concurrency, input_len, output_len); None for any other record."""
+    if not (rec.get("health") or {}).get("pd"):
+        return None
+    folder = os.path.dirname(path)
+    while not os.path.exists(os.path.join(folder, "ladders.yml")):
+        if os.path.dirname(folder) == folder:
+            return None
+        folder = os.path.dirname(folder)
+    with open(os.path.join(folder, "ladders.yml"), encoding="utf-8") as f:
+        ladder = (yaml.safe_load(f).get("sglang_gpu_ladders") or {}).get(name) or []
+    layouts = [lay for lay in ladder if lay.get("name") == rec["layout"]]
+    if not layouts:
+        return None
+    hw = record_hw(rec)
+    doc = planner.plan_host(
+        {
+            "host": rec.get("host") or "h",
+            "model": {
+                "name": name,
+                "path": f"/var/lib/sglang-models/{name}",
+                "hf_config_file": os.path.join(REPO, "models", name, "config.json"),
+                "load_format": "dummy" if rec.get("dummy_weights") else "auto",
+            },
+            "sglang_version": (rec.get("versions") or {}).get("sglang") or "0.5.16",
+            "hardware": hw,
+            "serving": {"mem_fraction_static": 0.88},
+            "layouts": layouts,
+        }
+    )
+
+    def output_tok_s(conc: int, input_len: int, output_len: int) -> float:
+        bench = {"concurrency": [conc], "input_len": input_len, "output_len": output_len}
+        got, why = speed.predict_pd(doc["layouts"][0], hw, bench)
+        if got is None:
+            raise SystemExit(why)
+        return got["by_concurrency"][str(conc)]["output_tok_s"]
+
+    return output_tok_s
 
 
 def record_gpu(rec) -> str:
@@ -200,6 +251,7 @@ def h200_rows():
         rel = os.path.relpath(path, REPO)
         prompts = cfg.get("num_prompts") or []
         stalled = stalled_levels(rec)
+        pd = pd_prediction(path, rec, name)
         for i, lv in enumerate(rec.get("levels") or []):
             conc = lv.get("concurrency")
             if conc is None or not lv.get("output_tok_s"):
@@ -207,7 +259,10 @@ def h200_rows():
             n = prompts[i] if i < len(prompts) else conc
             rng = random.Random(cfg.get("seed", 1))
             ins, outs = _lengths(cfg, "input_len", n, rng), _lengths(cfg, "output_len", n, rng)
-            pred = m.simulate(conc, ins, outs, p["kv_tokens"])
+            if pd:
+                pred = {"output_tok_s": pd(conc, round(statistics.mean(ins)), round(statistics.mean(outs)))}
+            else:
+                pred = m.simulate(conc, ins, outs, p["kv_tokens"])
             ds = (cfg.get("dataset") or {}).get("name")
             what = f"{name} {rec['layout']} c{conc}" + (f" ({ds}, {n} prompts)" if ds else "")
             r = row("h200", what, lv["output_tok_s"], pred["output_tok_s"], rel)

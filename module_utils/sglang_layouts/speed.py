@@ -699,6 +699,15 @@ def _role_model(pd_plan: dict, role: str, hardware: dict):
     return model_for(role_plan, hw)
 
 
+def _shared_gpus(pd_plan: dict) -> bool:
+    """Whether a prefill and a decode server of the layout run on one GPU (pd.share_gpus)."""
+    used = {role: set() for role in ("prefill", "decode")}
+    for role in used:
+        for unit in (pd_plan["pd"].get(role) or {}).get("units") or []:
+            used[role] |= {(unit.get("host"), g) for g in unit.get("gpu_ids") or []}
+    return bool(used["prefill"] & used["decode"])
+
+
 def predict_pd(pd_plan: dict, hardware: dict, bench: dict | None) -> tuple[dict | None, str | None]:
     """A pd layout's `speed` block: each pool's rate, the rate-matched throughput, the KV transfer.
 
@@ -745,11 +754,17 @@ def predict_pd(pd_plan: dict, hardware: dict, bench: dict | None) -> tuple[dict 
     transfer_s = kv_transfer_s(kv_bpt, input_len, link["gbs"])
     ttft0 = prefill_one_s + transfer_s + md.decode_step(1, input_len)
 
+    # Roles on the same GPUs take turns on them: a closed loop's cycle holds its prompts' prefill and
+    # its decode steps one after the other, not side by side.
+    shared = _shared_gpus(pd_plan)
     by = {}
     for cc in concurrency:
         per_rep = max(1, min(running, math.ceil(cc / d_rep)))
         step = md.decode_step(per_rep, per_rep * ctx)
-        cycle = max(ttft0 + output_len * step, cc / prefill_req_s)
+        if shared:
+            cycle = max(ttft0, cc / prefill_req_s) + output_len * step
+        else:
+            cycle = max(ttft0 + output_len * step, cc / prefill_req_s)
         by[str(cc)] = {
             "output_tok_s": round(cc * output_len / cycle, 1),
             "ttft_ms": round((cycle - output_len * step) * 1e3, 1),
@@ -795,6 +810,13 @@ def predict_pd(pd_plan: dict, hardware: dict, bench: dict | None) -> tuple[dict 
             "(KV pool / (input + output))",
             f"pd: KV transfer {kv_bpt} B/token (the plan's, per rank) over {link['name']} at {link['gbs']:g} GB/s "
             f"({link['source']})",
+            *(
+                [
+                    "pd: prefill and decode servers share GPUs: each cycle's prefill and decode steps run in turn"
+                ]
+                if shared
+                else []
+            ),
             *md.assumptions(),
         ],
     }, None

@@ -355,6 +355,27 @@ def test_pd_speed_a_second_prefill_server_doubles_the_prefill_pool():
     assert pb["rate_matched"]["req_s"] >= pa["rate_matched"]["req_s"]
 
 
+def test_pd_speed_on_a_shared_gpu_runs_prefill_and_decode_in_turn():
+    """Two servers on one GPU take turns on it: a cycle of a closed loop holds its prompts' prefill
+    and its decode steps one after the other; on GPUs of their own the two overlap."""
+    qwen = {"name": "qwen1.5-moe-a2.7b", "path": str(REPO / "models" / "qwen1.5-moe-a2.7b")}
+    args = {"mem_fraction_static": 0.4}
+    own = {"name": "own", "pd": {"prefill": {"tp": 1, "args": args}, "decode": {"tp": 1, "args": args}}}
+    shared = {**own, "name": "shared", "pd": {**own["pd"], "share_gpus": True}}
+    bench = {"concurrency": [64], "input_len": 8192, "output_len": 64}
+    a = _pd_plan([own], bench=bench, model=qwen)["layouts"][0]
+    b = _pd_plan(
+        [{**shared, "pd": {**shared["pd"], "decode": {"tp": 1, "args": {"mem_fraction_static": 0.6}}}}],
+        bench=bench,
+        model=qwen,
+    )["layouts"][0]
+    assert a["gpus_used"] == 2 and b["gpus_used"] == 1, (a["reasons"], b["reasons"])
+    assert not speed._shared_gpus(a) and speed._shared_gpus(b)
+    sa, sb = a["speed"]["by_concurrency"]["64"], b["speed"]["by_concurrency"]["64"]
+    assert sb["output_tok_s"] < sa["output_tok_s"]
+    assert any("share GPUs" in x for x in b["speed"]["assumptions"])
+
+
 def test_an_architectures_own_kernel_count_reaches_the_decode_floor():
     """archs.Arch.kernels_per_layer is the one source: Gemma 3's unfused norms and RoPE (87 kernels a
     layer) make its floor, an architecture without a count keeps its family's."""
