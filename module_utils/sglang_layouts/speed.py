@@ -26,59 +26,24 @@ import os
 
 from .gpu_specs import TABLE_PATH, gpu_spec
 
-# Constants: (value, status, source). status: SRC (datasheet/code), MEAS (a published or our
-# measurement), OPEN (a prior; docs/cost-model.md names the H200 run that pins it).
-CONSTANTS: dict[str, tuple[float, str, str]] = {
-    "eta_weights": (0.85, "OPEN", "weight streaming (GEMV, Marlin, fused_moe); prior, pinned by M3"),
-    "eta_kv": (0.5, "OPEN", "triton decode attention; prior band 0.3-0.7, pinned by M6"),
-    "tau_kernel_us": (2.5, "OPEN", "floor of one kernel node in a CUDA graph; prior, pinned by M3"),
-    "t_fixed_ms": (0.125, "OPEN", "sampling, final norm, graph replay per step; prior, pinned by M3"),
-    "tau_cpu_eager_us": (
-        16.0,
-        "OPEN",
-        "host time per kernel of a decode step without CUDA graphs; pinned by M4",
-    ),
-    "tau_cpu_prefill_us": (
-        16.0,
-        "OPEN",
-        "host launch per kernel of a prefill forward (never graphed; 15-18 us)",
-    ),
-    "tau_nccl_eager_us": (
-        36.2,
-        "MEAS",
-        "benchmarks/results/collectives-h200x2-2026-11-29.json eager all-reduce 8 KB",
-    ),
-    "t_cpu_sched_ms": (
-        1.5,
-        "OPEN",
-        "scheduler CPU exposed per step without the overlap scheduler, at batch 0; pinned by M5",
-    ),
-    "t_cpu_sched_per_req_us": (0.0, "OPEN", "the same, per running request of the batch; pinned by M5"),
-    "t_request_ms": (0.0, "OPEN", "HTTP, tokenizer and detokenizer latency of one request; pinned by M7"),
-    "t_hop_ms": (0.15, "OPEN", "PP hop: NCCL p2p + gloo metadata; pinned by M8 and a 2-GPU run"),
-    "eta_f_bf16": (0.6, "OPEN", "prefill GEMM efficiency, bf16; pinned by M7"),
-    "eta_f_fp8": (0.5, "OPEN", "prefill GEMM efficiency, fp8 block-scaled; pinned by M7"),
-    "eta_f_int4": (0.3, "OPEN", "prefill efficiency of Marlin W4A16 (bf16 tensor cores); pinned by M7"),
-    "eta_f_attn_triton": (
-        0.6,
-        "OPEN",
-        "prefill attention FLOP efficiency of the triton backend; pinned by M7",
-    ),
-    "q_extra_fp8_us": (0.0, "OPEN", "extra per-layer latency of fp8 block-scaled GEMMs at M=1; pinned by M3"),
-    "marlin_block_m": (8, "SRC", "sglang fused_marlin_moe block_size_m for small batches"),
-    "triton_moe_block_m": (16, "OPEN", "fused_moe triton BLOCK_SIZE_M at small M (tuned configs)"),
-    "triton_moe_block_m_fp8": (
-        64,
-        "SRC",
-        "fused_moe BLOCK_SIZE_M of fp8_w8a8 without a tuned config (fused_moe_triton_config.get_default_config)",
-    ),
-}
+# Constants: (value, status, source), from data/speed_constants.json (the priors and sourced values:
+# SRC datasheet/code, MEAS a published measurement, OPEN a prior that docs/cost-model.md says how to
+# pin), then data/speed_measured.json (our measurements, each turning its constant MEAS).
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+CONSTANTS_DATA = os.path.join(DATA, "speed_constants.json")
+MEASURED_DATA = os.path.join(DATA, "speed_measured.json")
+
+
+def _load_constants(path: str = CONSTANTS_DATA) -> dict[str, tuple[float, str, str]]:
+    with open(path, encoding="utf-8") as f:
+        entries = json.load(f)["constants"]
+    return {name: (float(e["value"]), str(e["status"]), str(e["source"])) for name, e in entries.items()}
+
+
+CONSTANTS: dict[str, tuple[float, str, str]] = _load_constants()
 
 # Our measurements replace the priors: data/speed_measured.json holds {"constants": {name: {"value",
 # "source" (the file under benchmarks/results/), "command"}}}; each entry turns its constant MEAS.
-# the package's data folder, one level up from estimate/
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
-MEASURED_DATA = os.path.join(DATA, "speed_measured.json")
 
 
 def _load_measured(path: str = MEASURED_DATA) -> None:
