@@ -120,7 +120,9 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--from", dest="src", default=DEFAULT_DATA, help="per-batch medians (default %(default)s)"
     )
-    ap.add_argument("--lease", default=LEASE, help="the lease folder whose records are checked (default %(default)s)")
+    ap.add_argument(
+        "--lease", default=LEASE, help="the lease folder whose records are checked (default %(default)s)"
+    )
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     if a.logs:
@@ -132,7 +134,7 @@ def main(argv=None) -> int:
                         "about": "server decode ITL per running-batch size (median of SGLang's Decode batch "
                         "lines, the first after each prefill left out), derived by benchmarks/decode_itl.py "
                         "from the lease's raw unit logs",
-                        "command": f".venv/bin/python benchmarks/decode_itl.py --lease "
+                        "command": ".venv/bin/python benchmarks/decode_itl.py --lease "
                         + os.path.relpath(os.path.abspath(a.lease), REPO)
                         + f" --logs {a.logs} --write "
                         + os.path.relpath(os.path.abspath(a.write), REPO),
