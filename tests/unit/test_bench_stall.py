@@ -86,7 +86,9 @@ def test_the_issues_level_is_a_stall_and_a_long_prefill_is_not():
 
 
 def test_with_the_level_warm_up_a_compiling_server_is_measured_warm():
-    with FakeServer(step_s=0.005, first_s=0.01, compile_s=COMPILE_S) as srv:
+    # 30 ms steps: a warm-up request lasts 0.3 s, so its four requests sent at once are all in flight
+    # together (batch 4 met in the warm-up) even when a loaded machine starts their threads apart
+    with FakeServer(step_s=0.03, first_s=0.01, compile_s=COMPILE_S) as srv:
         cfg = _cfg(srv.url, [1, 4])
         lines = []
         out = loadgen.run_benchmark(cfg, progress=lines.append, keep_requests=True)
