@@ -238,12 +238,13 @@ options:
     description: Seconds between telemetry samples.
     type: float
     default: 1.0
-  pd_decode_urls:
+  pd_prefill_urls:
     description:
-      - A pd layout's decode servers (the router fronts them). Each level then records C(ttft_prefill_ms) and
-        C(ttft_transfer_ms), the mean prefill and KV-transfer parts of TTFT, from their C(/metrics) counters read
-        before and after the level; null with C(ttft_split.why) when the servers do not export them (SGLang
-        does not; the simulator does).
+      - A pd layout's prefill servers (the router fronts them). Each level then records C(ttft_prefill_ms) and
+        C(ttft_transfer_ms), the mean prefill forward and KV transfer of a request, from the sums and counts of
+        C(sglang:per_stage_req_latency_seconds) for the stages C(prefill_forward) and
+        C(prefill_transfer_kv_cache) on their C(/metrics), read before and after the level (SGLang 0.5.16 with
+        C(--enable-metrics), and the simulator); null with C(ttft_split.why) when a server does not export them.
     type: list
     elements: str
 extends_documentation_fragment: ansible.builtin.action_common_attributes
@@ -400,8 +401,8 @@ ansible_facts:
                 utilization_pct, power_w (mean and max), or C(absent); null when telemetry is off.
               type: dict
             ttft_prefill_ms:
-              description: pd layouts (with I(pd_decode_urls)) - mean prefill part of TTFT (queue + prefill on the
-                prefill server); null when not measured.
+              description: pd layouts (with I(pd_prefill_urls)) - mean prefill forward of a request on the prefill
+                servers (the stage C(prefill_forward)); null when not measured.
               type: float
             ttft_transfer_ms:
               description: pd layouts - mean KV transfer part of TTFT; null when not measured.
@@ -553,7 +554,7 @@ def main():
             context_length=dict(type="int"),
             telemetry=dict(type="bool", default=True),
             telemetry_interval=dict(type="float", default=1.0),
-            pd_decode_urls=dict(type="list", elements="str"),
+            pd_prefill_urls=dict(type="list", elements="str"),
         ),
         supports_check_mode=True,
     )
@@ -593,7 +594,7 @@ def main():
             context_length=p["context_length"],
             telemetry=p["telemetry"],
             telemetry_interval=p["telemetry_interval"],
-            pd_decode_urls=p["pd_decode_urls"],
+            pd_prefill_urls=p["pd_prefill_urls"],
         )
     except BenchError as exc:
         module.fail_json(msg=str(exc), failure_class="bench_config")

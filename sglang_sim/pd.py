@@ -68,11 +68,15 @@ class PD:
     def _pd_init(self) -> None:
         self.pd_rooms: dict[int, _Room] = {}
         self.pd_warned: set[str] = set()
-        # measured per request on the decode server: (prefill_s, transfer_s) summed, for /metrics
-        self.pd_prefill_s_total = 0.0
-        self.pd_transfer_s_total = 0.0
-        self.pd_transfers_total = 0
+        # on a prefill server, per stage: [seconds summed, requests], for /metrics as SGLang's
+        # sglang:per_stage_req_latency_seconds (prefill_forward: here the request's queue and prefill)
+        self.pd_stages = {"prefill_forward": [0.0, 0], "prefill_transfer_kv_cache": [0.0, 0]}
         self.pd_failures_total = 0
+
+    def _pd_observe(self, stage: str, seconds: float) -> None:
+        total = self.pd_stages[stage]
+        total[0] += seconds
+        total[1] += 1
 
     def _pd_prefix(self) -> str:
         return self.schedulers[0].prefix if self.schedulers else " TP0"
@@ -217,9 +221,11 @@ class PD:
                 st.result.set_result(("FAIL", DECODE_DEAD))
             self._pd_failed(conn, msg)
             return
+        prefill_s = max(0.0, t_end - r.pd_t0)
+        self._pd_observe("prefill_forward", prefill_s)
         transfer = kv_transfer_s(self.plan.get("kv_bytes_per_token"), r.prompt_tokens, self.pd_link()["gbs"])
         await asyncio.sleep(transfer)
-        prefill_s = max(0.0, t_end - r.pd_t0)
+        self._pd_observe("prefill_transfer_kv_cache", transfer)
         if not st.result.done():
             st.result.set_result(("KV", f"{prefill_s:.6f}", f"{transfer:.6f}"))
         if conn is not None:
@@ -241,10 +247,6 @@ class PD:
                 reason = DECODE_DEAD  # the prefill server went away
             elif answer[0] == "FAIL":
                 reason = DECODE_DEAD
-            else:
-                self.pd_prefill_s_total += float(answer[1])
-                self.pd_transfer_s_total += float(answer[2])
-                self.pd_transfers_total += 1
         except TimeoutError:
             self._warn_once(WAITING_WARNING)
             reason = f"Request {room} timed out after {loop.time() - t0:.1f}s in KVPoll.WaitingForInput"

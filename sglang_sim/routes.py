@@ -47,26 +47,6 @@ _COUNTERS = (
     ("num_requests_total", "Number of requests processed.", "finished_count"),
 )
 
-# ... and on a decode server (pd.py), what its requests waited for before their first token: the
-# prefill server's queue and prefill, and the KV transfer (sums over transferred requests).
-_PD_COUNTERS = (
-    (
-        "sim_pd_prefill_seconds_total",
-        "Prefill time of transferred requests (simulator).",
-        "pd_prefill_s_total",
-    ),
-    (
-        "sim_pd_transfer_seconds_total",
-        "KV transfer time of transferred requests (simulator).",
-        "pd_transfer_s_total",
-    ),
-    (
-        "sim_pd_transfers_total",
-        "Requests whose KV arrived from a prefill server (simulator).",
-        "pd_transfers_total",
-    ),
-)
-
 
 def count_text_tokens(text: str) -> int:
     """The simulator's tokenizer: words and punctuation marks (at least one token)."""
@@ -289,9 +269,15 @@ class Routes:
             metric(name, "gauge", help_, [value(self, s) for s in self.schedulers])
         for name, help_, attr in _COUNTERS:
             metric(name, "counter", help_, [getattr(self, attr)])
-        if self.pd_mode == "decode":  # the simulator's own: the KV wait of transferred requests (pd.py)
-            for name, help_, attr in _PD_COUNTERS:
-                metric(name, "counter", help_, [getattr(self, attr)])
+        if (
+            self.pd_mode == "prefill"
+        ):  # as SGLang 0.5.16: the prefill forward and KV transfer per request (pd.py)
+            name = "per_stage_req_latency_seconds"
+            lines.append(f"# HELP sglang:{name} The latency of each stage of requests.")
+            lines.append(f"# TYPE sglang:{name} histogram")
+            for stage, (seconds, count) in self.pd_stages.items():
+                lines.append(f'sglang:{name}_sum{labels}stage="{stage}"}} {float(seconds)}')
+                lines.append(f'sglang:{name}_count{labels}stage="{stage}"}} {float(count)}')
         conn.respond(200, ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4; charset=utf-8")
 
     def h_sim_stats(self, conn: Conn, data) -> None:

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from sglang_layouts.bench.telemetry import parse_prometheus
 from sglang_layouts.gate import logclass
 from sglang_layouts.speed import kv_transfer_s
 
@@ -78,7 +79,7 @@ def test_a_request_is_prefilled_transferred_and_decoded():
     first token waits for the KV transfer: the plan's bytes per token x prompt tokens / the link."""
     link_gbs = 0.05  # a slow link, so that the transfer dominates the first token
     bootstrap, prefill, decode = servers({"SGLANG_SIM_KV_LINK_GBS": str(link_gbs)})
-    decode.argv.append("--enable-metrics")
+    prefill.argv.append("--enable-metrics")
     with prefill, decode:
         prefill.wait_ready()
         decode.wait_ready()
@@ -86,7 +87,7 @@ def test_a_request_is_prefilled_transferred_and_decoded():
             assert r.status == 200  # the prefill's bootstrap server
         prompt = 2000
         got = pd_request(prefill, decode, bootstrap, prompt, max_new=5)
-        with urllib.request.urlopen(decode.url("/metrics"), timeout=30) as r:
+        with urllib.request.urlopen(prefill.url("/metrics"), timeout=30) as r:
             metrics = r.read().decode()
         prefill_text, decode_text = prefill.text, decode.text
     _, plan = kimi_plan(tp=8)
@@ -98,15 +99,19 @@ def test_a_request_is_prefilled_transferred_and_decoded():
     assert body["meta_info"]["e2e_latency"] >= transfer
     status, body = got["prefill"]
     assert status == 200 and body["meta_info"]["completion_tokens"] == 1, body
-    # the decode server's metrics split the wait: the transfer as timed, once
-    values = {
-        ln.split("{")[0]: float(ln.rsplit(" ", 1)[1])
-        for ln in metrics.splitlines()
-        if ln.startswith("sglang:sim_pd")
+    # the prefill server's metrics, as SGLang's: one request's prefill and its transfer as timed
+    stages = {
+        (name, labels["stage"]): value
+        for name, series in parse_prometheus(metrics).items()
+        for labels, value in series
+        if name.startswith("sglang:per_stage_req_latency_seconds")
     }
-    assert values["sglang:sim_pd_transfers_total"] == 1
-    assert values["sglang:sim_pd_transfer_seconds_total"] == pytest.approx(transfer, rel=1e-3)
-    assert 0 < values["sglang:sim_pd_prefill_seconds_total"] < body_e2e(got)
+    assert stages[("sglang:per_stage_req_latency_seconds_count", "prefill_transfer_kv_cache")] == 1
+    assert stages[("sglang:per_stage_req_latency_seconds_count", "prefill_forward")] == 1
+    assert stages[("sglang:per_stage_req_latency_seconds_sum", "prefill_transfer_kv_cache")] == pytest.approx(
+        transfer, rel=1e-3
+    )
+    assert 0 < stages[("sglang:per_stage_req_latency_seconds_sum", "prefill_forward")] < body_e2e(got)
     # the prefill server prefilled the prompt; the decode server did not prefill it again
     assert f"#new-token: {prompt}" in prefill_text
     assert f"#new-token: {prompt}" not in decode_text

@@ -1,5 +1,6 @@
-"""A pd layout's TTFT split per level: the decode servers' counters before and after a level give
-the mean prefill and KV-transfer parts; a server without them leaves both null and says why."""
+"""A pd layout's TTFT split per level: the prefill servers' stage sums and counts (SGLang 0.5.16's
+sglang:per_stage_req_latency_seconds) before and after a level give the mean prefill and KV-transfer
+parts; a server without them leaves both null and says why."""
 
 import pytest
 from sglang_layouts.bench.common import BenchError
@@ -22,45 +23,50 @@ def metrics_server(text: str):
     return LoopbackServer(Handler)
 
 
-def sim_metrics(prefill_s: float, transfer_s: float, n: int) -> str:
-    lab = '{model_name="m",tp_rank="0",pp_rank="0",dp_rank="0"}'
-    return (
-        f"sglang:num_running_reqs{lab} 0.0\n"
-        f"sglang:sim_pd_prefill_seconds_total{lab} {prefill_s}\n"
-        f"sglang:sim_pd_transfer_seconds_total{lab} {transfer_s}\n"
-        f"sglang:sim_pd_transfers_total{lab} {n}\n"
-    )
+def stage_metrics(prefill_s: float, transfer_s: float, n: int) -> str:
+    """What SGLang 0.5.16's prefill server exposes with --enable-metrics (observability/
+    metrics_collector.py: per_stage_req_latency_seconds, labels and stage; buckets left out)."""
+    lab = 'model_name="m",engine_type="unified",tp_rank="0",pp_rank="0"'
+    out = ["# TYPE sglang:per_stage_req_latency_seconds histogram"]
+    for stage, seconds in (("prefill_forward", prefill_s), ("prefill_transfer_kv_cache", transfer_s)):
+        out.append(f'sglang:per_stage_req_latency_seconds_bucket{{{lab},stage="{stage}",le="0.001"}} 0.0')
+        out.append(f'sglang:per_stage_req_latency_seconds_sum{{{lab},stage="{stage}"}} {seconds}')
+        out.append(f'sglang:per_stage_req_latency_seconds_count{{{lab},stage="{stage}"}} {float(n)}')
+    out.append(f'sglang:per_stage_req_latency_seconds_count{{{lab},stage="prefill_bootstrap"}} {float(n)}')
+    return "\n".join(out) + "\n"
 
 
-def test_two_decode_servers_counters_sum_and_split_the_level():
-    with metrics_server(sim_metrics(1.5, 0.25, 10)) as a, metrics_server(sim_metrics(0.5, 0.75, 10)) as b:
+def test_two_prefill_servers_stages_sum_and_split_the_level():
+    with metrics_server(stage_metrics(1.5, 0.25, 10)) as a, metrics_server(stage_metrics(0.5, 0.75, 10)) as b:
         total, why = pd_counters([a.url, b.url])
-    assert why is None and total == {"prefill_s": 2.0, "transfer_s": 1.0, "transfers": 20.0}
-    before = {"prefill_s": 1.0, "transfer_s": 0.5, "transfers": 10.0}
+    assert why is None
+    assert total == {"prefill_s": 2.0, "prefill_n": 20.0, "transfer_s": 1.0, "transfer_n": 20.0}
+    before = {"prefill_s": 1.0, "prefill_n": 10.0, "transfer_s": 0.5, "transfer_n": 10.0}
     out = ttft_split(before, total)
     # 10 requests in the level: 1 s of prefill and 0.5 s of transfer between them
     assert out["ttft_prefill_ms"] == 100.0 and out["ttft_transfer_ms"] == 50.0
     assert out["ttft_split"]["measured"] and out["ttft_split"]["requests"] == 10
+    assert 'stage="prefill_transfer_kv_cache"' in out["ttft_split"]["source"]
 
 
-def test_sglangs_own_metrics_have_no_split_and_nothing_is_invented():
+def test_a_server_without_the_stages_leaves_the_split_null_and_says_why():
     lab = '{model_name="m",tp_rank="0"}'
-    with metrics_server(f"sglang:num_running_reqs{lab} 3.0\n") as real:
-        total, why = pd_counters([real.url])
-    assert total is None and "does not export one" in why
+    with metrics_server(f"sglang:num_running_reqs{lab} 3.0\n") as old:
+        total, why = pd_counters([old.url])
+    assert total is None and 'per_stage_req_latency_seconds_sum{stage="prefill_forward"}' in why
     out = ttft_split(None, None, why)
     assert out["ttft_prefill_ms"] is None and out["ttft_transfer_ms"] is None
     assert out["ttft_split"] == {"measured": False, "why": why}
 
 
 def test_a_level_without_transfers_is_not_split():
-    same = {"prefill_s": 1.0, "transfer_s": 0.5, "transfers": 10.0}
+    same = {"prefill_s": 1.0, "prefill_n": 10.0, "transfer_s": 0.5, "transfer_n": 10.0}
     out = ttft_split(same, dict(same))
     assert out["ttft_prefill_ms"] is None and "no request of the level" in out["ttft_split"]["why"]
 
 
-def test_bad_decode_urls_are_refused_before_any_request():
-    with pytest.raises(BenchError, match="pd_decode_urls"):
-        make_config("http://127.0.0.1:1", concurrency=[1], pd_decode_urls=["decode:30002"])
-    cfg = make_config("http://127.0.0.1:1", concurrency=[1], pd_decode_urls=["http://127.0.0.1:2/"])
-    assert cfg["pd_decode_urls"] == ["http://127.0.0.1:2"]
+def test_bad_prefill_urls_are_refused_before_any_request():
+    with pytest.raises(BenchError, match="pd_prefill_urls"):
+        make_config("http://127.0.0.1:1", concurrency=[1], pd_prefill_urls=["prefill:30001"])
+    cfg = make_config("http://127.0.0.1:1", concurrency=[1], pd_prefill_urls=["http://127.0.0.1:2/"])
+    assert cfg["pd_prefill_urls"] == ["http://127.0.0.1:2"]

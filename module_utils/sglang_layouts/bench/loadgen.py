@@ -90,7 +90,7 @@ def make_config(
     stall_check=True,
     stall_min_s=STALL_MIN_S,
     stall_factor=STALL_FACTOR,
-    pd_decode_urls=None,
+    pd_prefill_urls=None,
 ):
     """Validate the arguments and return the normalised configuration mapping.
 
@@ -158,9 +158,9 @@ def make_config(
         not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or not 1 <= vocab_size <= 0xFFFFFFFF
     ):
         raise BenchError(f"vocab_size must be an integer in [1, 2**32 - 1], not {vocab_size!r}")
-    for u in pd_decode_urls or []:
+    for u in pd_prefill_urls or []:
         if urlsplit(str(u)).scheme not in ("http", "https") or not urlsplit(str(u)).hostname:
-            raise BenchError(f"pd_decode_urls: each must be http(s)://host:port, not {u!r}")
+            raise BenchError(f"pd_prefill_urls: each must be http(s)://host:port, not {u!r}")
     ds, pairs = make_dataset(dataset, input_len, output_len, context_length)
     slo_cfg = make_slo(slo)
     rate_specs = []
@@ -213,8 +213,8 @@ def make_config(
         "telemetry_interval": float(telemetry_interval),
         "arrival_rng": arrival_rng,
         "connection": connection,
-        # a pd layout's decode servers: each level's TTFT split into prefill and KV transfer from them
-        "pd_decode_urls": [str(u).rstrip("/") for u in pd_decode_urls] if pd_decode_urls else None,
+        # a pd layout's prefill servers: each level's TTFT split into prefill and KV transfer from their metrics
+        "pd_prefill_urls": [str(u).rstrip("/") for u in pd_prefill_urls] if pd_prefill_urls else None,
     }
     cfg["_pairs"] = pairs
     return cfg
@@ -524,9 +524,9 @@ async def run_level(cfg, spec, index, progress=None, keep_requests=False, attemp
         if cfg.get("telemetry"):
             telemetry = Telemetry(cfg["url"], cfg.get("_api_key"), cfg["telemetry_interval"]).start()
         pd_before, pd_why = (None, None)
-        if cfg.get("pd_decode_urls"):
+        if cfg.get("pd_prefill_urls"):
             pd_before, pd_why = await asyncio.get_running_loop().run_in_executor(
-                None, pd_counters, cfg["pd_decode_urls"], cfg.get("_api_key")
+                None, pd_counters, cfg["pd_prefill_urls"], cfg.get("_api_key")
             )
         between["telemetry_start"] = clock() - t
         try:
@@ -538,9 +538,9 @@ async def run_level(cfg, spec, index, progress=None, keep_requests=False, attemp
             t = clock()
             tele = telemetry.stop() if telemetry is not None else None
             pd_after = None
-            if cfg.get("pd_decode_urls") and pd_why is None:
+            if cfg.get("pd_prefill_urls") and pd_why is None:
                 pd_after, pd_why = await asyncio.get_running_loop().run_in_executor(
-                    None, pd_counters, cfg["pd_decode_urls"], cfg.get("_api_key")
+                    None, pd_counters, cfg["pd_prefill_urls"], cfg.get("_api_key")
                 )
             between["telemetry_stop"] = clock() - t
     finally:
@@ -566,7 +566,7 @@ async def run_level(cfg, spec, index, progress=None, keep_requests=False, attemp
     if spec.get("phase"):
         level["phase"] = spec["phase"]
     level["telemetry"] = tele
-    if cfg.get("pd_decode_urls"):
+    if cfg.get("pd_prefill_urls"):
         level.update(ttft_split(pd_before, pd_after, pd_why))
     level["between_s"] = {k: round(v, 3) for k, v in between.items()}
     level["warmup"] = warmup

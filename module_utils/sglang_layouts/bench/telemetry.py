@@ -223,19 +223,18 @@ class Telemetry:
         return {"interval_s": self.interval, "server": server, "gpu": gpu}
 
 
-# A pd layout's decode servers: what their requests waited for before the first token, as counters
-# (sums over the requests whose KV arrived from a prefill server). Only the simulator exports them
-# (sglang_sim/pd.py); SGLang 0.5.x has no per-request split of this kind on /metrics.
-PD_COUNTERS = {
-    "prefill_s": "sglang:sim_pd_prefill_seconds_total",
-    "transfer_s": "sglang:sim_pd_transfer_seconds_total",
-    "transfers": "sglang:sim_pd_transfers_total",
-}
+# A pd layout's prefill servers: SGLang (0.5.16, --enable-metrics) observes per request the time of
+# its prefill forward and of its KV transfer to the decode server in the histogram
+# sglang:per_stage_req_latency_seconds, one series per stage (observability/req_time_stats.py:
+# RequestStage.PREFILL_FORWARD, PREFILL_TRANSFER_KV_CACHE); the simulator exports the same series.
+PD_STAGE_METRIC = "sglang:per_stage_req_latency_seconds"
+PD_STAGES = {"prefill": "prefill_forward", "transfer": "prefill_transfer_kv_cache"}
 
 
 def pd_counters(urls, api_key=None, timeout=10.0):
-    """The decode servers' PD counters summed: ({prefill_s, transfer_s, transfers}, None) or (None, why)."""
-    total = dict.fromkeys(PD_COUNTERS, 0.0)
+    """The prefill servers' stage sums and counts, summed over the servers:
+    ({prefill_s, prefill_n, transfer_s, transfer_n}, None) or (None, why)."""
+    total = {f"{k}_{x}": 0.0 for k in PD_STAGES for x in ("s", "n")}
     for url in urls:
         try:
             status, body = http_json(url.rstrip("/") + "/metrics", api_key=api_key, timeout=timeout)
@@ -244,29 +243,35 @@ def pd_counters(urls, api_key=None, timeout=10.0):
         if status != 200 or not isinstance(body, str):
             return (
                 None,
-                f"GET {url}/metrics answered HTTP {status} (start the decode servers with --enable-metrics)",
+                f"GET {url}/metrics answered HTTP {status} (start the prefill servers with --enable-metrics)",
             )
         parsed = parse_prometheus(body)
-        missing = [name for name in PD_COUNTERS.values() if name not in parsed]
-        if missing:
-            return None, (
-                f"{url}/metrics has no per-request prefill/transfer split ({', '.join(missing)}): SGLang does not "
-                "export one; the level's TTFT is not split"
-            )
-        for key, name in PD_COUNTERS.items():
-            total[key] += sum(v for _labels, v in parsed[name] if not math.isnan(v))
+        for key, stage in PD_STAGES.items():
+            for suffix, part in (("_sum", "s"), ("_count", "n")):
+                values = [
+                    v
+                    for labels, v in parsed.get(PD_STAGE_METRIC + suffix, [])
+                    if labels.get("stage") == stage
+                ]
+                if not values:
+                    return None, (
+                        f'{url}/metrics has no {PD_STAGE_METRIC}{suffix}{{stage="{stage}"}} (SGLang 0.5.16 observes it '
+                        "with --enable-metrics): the level's TTFT is not split"
+                    )
+                total[f"{key}_{part}"] += sum(v for v in values if not math.isnan(v))
     return total, None
 
 
 def ttft_split(before, after, why=None):
-    """A level's mean prefill and KV-transfer share of TTFT from the counters before and after it:
-    {ttft_prefill_ms, ttft_transfer_ms, ttft_split: {measured, requests, source | why}}; the two
-    figures are null when not measured (never estimated)."""
+    """A level's mean prefill and KV-transfer parts of TTFT from the prefill servers' stage sums before
+    and after it: {ttft_prefill_ms, ttft_transfer_ms, ttft_split: {measured, requests, source | why}};
+    the two figures are null when not measured (never estimated)."""
     if why is None and (before is None or after is None):
-        why = "the decode servers' counters could not be read"
-    n = 0 if why else after["transfers"] - before["transfers"]
-    if not why and n <= 0:
-        why = "no request of the level reached a decode server through a KV transfer"
+        why = "the prefill servers' metrics could not be read"
+    n = 0 if why else after["transfer_n"] - before["transfer_n"]
+    prefills = 0 if why else after["prefill_n"] - before["prefill_n"]
+    if not why and (n <= 0 or prefills <= 0):
+        why = "no request of the level was prefilled and sent to a decode server"
     if why:
         return {
             "ttft_prefill_ms": None,
@@ -274,11 +279,12 @@ def ttft_split(before, after, why=None):
             "ttft_split": {"measured": False, "why": why},
         }
     return {
-        "ttft_prefill_ms": round((after["prefill_s"] - before["prefill_s"]) / n * 1e3, 3),
+        "ttft_prefill_ms": round((after["prefill_s"] - before["prefill_s"]) / prefills * 1e3, 3),
         "ttft_transfer_ms": round((after["transfer_s"] - before["transfer_s"]) / n * 1e3, 3),
         "ttft_split": {
             "measured": True,
             "requests": int(n),
-            "source": "decode servers' /metrics: " + ", ".join(PD_COUNTERS.values()),
+            "source": "prefill servers' /metrics: "
+            + ", ".join(f'{PD_STAGE_METRIC}{{stage="{stage}"}}' for stage in PD_STAGES.values()),
         },
     }
