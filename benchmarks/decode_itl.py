@@ -81,6 +81,10 @@ def derive(logs: str, lease: str = LEASE) -> dict:
     out = {}
     for path, rec, name, _ in records(lease):
         log = os.path.join(logs, unit_slug(name, rec["layout"]) + ".service.log")
+        if (rec.get("health") or {}).get("pd"):
+            log = os.path.join(
+                logs, unit_slug(name, rec["layout"]) + "-decode0.service.log"
+            )  # its decode server
         if os.path.exists(log):
             out[os.path.relpath(path, REPO)] = {"model": name, "by_batch": parse_log(log)}
     return out

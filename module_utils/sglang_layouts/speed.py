@@ -665,12 +665,9 @@ def _role_model(pd_plan: dict, role: str, hardware: dict):
 
 
 def _shared_gpus(pd_plan: dict) -> bool:
-    """Whether a prefill and a decode server of the layout run on one GPU (pd.share_gpus)."""
-    used = {role: set() for role in ("prefill", "decode")}
-    for role in used:
-        for unit in (pd_plan["pd"].get(role) or {}).get("units") or []:
-            used[role] |= {(unit.get("host"), g) for g in unit.get("gpu_ids") or []}
-    return bool(used["prefill"] & used["decode"])
+    """Whether a decode server shares its GPUs with a prefill server: the planner starts such a one
+    in a second wave (pd.plan_pd_layout's start_wave)."""
+    return any(u.get("start_wave") for u in (pd_plan["pd"].get("decode") or {}).get("units") or [])
 
 
 def predict_pd(pd_plan: dict, hardware: dict, bench: dict | None) -> tuple[dict | None, str | None]:
