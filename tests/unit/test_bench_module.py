@@ -31,7 +31,7 @@ def run_module(tmp_path, module, args: dict, python=HOST_PY, check=False):
 
 def test_module_measures_under_the_bare_host_python(tmp_path):
     progress = tmp_path / "p" / "bench.progress"
-    with FakeServer(step_s=0.002, first_s=0.01) as srv:
+    with FakeServer(step_s=0.02, first_s=0.01) as srv:
         res = run_module(
             tmp_path,
             "sglang_bench",
@@ -51,7 +51,12 @@ def test_module_measures_under_the_bare_host_python(tmp_path):
     assert [lv["concurrency"] for lv in b["levels"]] == [1, 2]
     assert [lv["completed"] for lv in b["levels"]] == [2, 4]
     assert set(b["levels"][0]["ttft_ms"]) == {"mean", "p50", "p90", "p99"}
-    assert b["summary"]["peak_concurrency"] in (1, 2) and b["summary"]["single_request_tok_s"] > 0
+    assert b["summary"]["peak_concurrency"] in (1, 2)
+    # decode speed needs tokens read at different moments: a client descheduled for a whole
+    # request reads its tokens in one receive, and the module then says so instead of a speed
+    single = b["summary"]["single_request_tok_s"]
+    one_chunk = [w for w in b["levels"][0]["warnings"] if "in one chunk" in w]
+    assert (single is not None and single > 0) or (single is None and one_chunk), b["levels"][0]
     assert b["config"]["api_key_set"] is True and "s3cret-key" not in json.dumps(res)
     assert set(b["formulas"]) >= {
         "ttft_ms",
