@@ -27,6 +27,7 @@ import random
 import statistics
 import sys
 
+import plan_arch_check  # beside this script: how a lease's models are named and configured
 import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,20 +36,27 @@ sys.path.insert(0, os.path.join(REPO, "module_utils"))
 from sglang_layouts import speed  # noqa: E402
 from sglang_layouts.bench import stall  # noqa: E402
 from sglang_layouts.plan import planner  # noqa: E402
+from sglang_layouts.report import speed_check  # noqa: E402
 
-SEED_HW = {
-    "gpu_count": 8,
-    "gpu_memory_gib": 94.97,
-    "gpu_interconnect": "pcie",
-    "gpu_name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
-}
-SEED_SOURCE = "the seed's by-hand measurements (issue #25; workload of the peak not recorded)"
-SEED = (
-    # layout, single tok/s, peak tok/s
-    ({"name": "tp8", "tp": 8}, 26.3, 808.0),
-    ({"name": "pp8", "pp": 8}, 36.9, 396.0),
-    ({"name": "ep8", "tp": 8, "ep": 8}, 65.3, 961.0),
-)
+# The seed's box as the demo inventory describes it (hardware, layouts, serving flags) and its by-hand
+# figures with their workload: the same inputs as the demo report's reference rows.
+DEMO_INVENTORY = os.path.join(REPO, "inventory", "demo")
+SEED_REFERENCE = os.path.join(REPO, "benchmarks", "reference", "seed-box.json")
+SERVING_KEYS = ("mem_fraction_static", "context_length", "max_running_requests", "attention_backend")
+
+
+def seed_box() -> tuple[dict, dict, dict]:
+    """(hardware, serving, layouts by name) of the demo inventory's seed-box."""
+    with open(os.path.join(DEMO_INVENTORY, "hosts.yml"), encoding="utf-8") as f:
+        host = yaml.safe_load(f)["sglang_hosts"]["hosts"]["seed-box"]
+    with open(os.path.join(DEMO_INVENTORY, "group_vars", "sglang_hosts.yml"), encoding="utf-8") as f:
+        gv = yaml.safe_load(f)
+    hardware = {k: host[k] for k in ("gpu_count", "gpu_memory_gib", "gpu_interconnect", "gpu_name")}
+    serving = {k: gv[f"sglang_{k}"] for k in SERVING_KEYS if f"sglang_{k}" in gv}
+    return hardware, serving, {lay["name"]: lay for lay in gv["sglang_layouts"]}
+
+
+SEED_HW, SEED_SERVING, SEED_LAYOUTS = seed_box()
 RTX6KPRO = "https://github.com/voipmonitor/rtx6kpro/blob/main/models/kimi-k25.md"
 # (what, layout, hardware, measured single tok/s, source): Kimi K2.5 has K2.6's text shapes
 PUBLISHED = (
@@ -67,9 +75,7 @@ H200_TABLE = (
 
 
 def spec_of(name: str):
-    return planner.load_model(
-        {"name": name, "hf_config_file": os.path.join(REPO, "models", name, "config.json")}
-    )
+    return planner.load_model(plan_arch_check.dummy_model(name))
 
 
 def model(name: str, layout: dict, hw: dict, serving: dict):
@@ -93,13 +99,20 @@ def row(group, what, measured, predicted, source):
 
 
 def seed_rows():
+    """The seed's by-hand figures beside speed.predict at the reference's workload: the prediction the
+    demo report sets beside them (report.speed_check.reference_rows)."""
+    with open(SEED_REFERENCE, encoding="utf-8") as f:
+        ref = json.load(f)
+    spec = spec_of("kimi-k2.6")
     out = []
-    for layout, single, peak in SEED:
-        m, _ = model("kimi-k2.6", layout, SEED_HW, {"max_running_requests": 64})
-        out.append(row("seed", f"{layout['name']} single", single, 1.0 / m.decode_step(1, 300), SEED_SOURCE))
-        out.append(
-            row("seed", f"{layout['name']} peak", peak, 64.0 / m.decode_step(64, 64 * 2048), SEED_SOURCE)
-        )
+    for r in ref["rows"]:
+        plan = planner.plan_layout(SEED_LAYOUTS[r["layout"]], spec, SEED_HW, SEED_SERVING)
+        pred, why = speed.predict(plan, SEED_HW, ref["workload"])
+        if pred is None:
+            raise SystemExit(why)
+        source = "benchmarks/reference/seed-box.json" + (" (a cause named)" if r.get("known_causes") else "")
+        out.append(row("seed", f"{r['layout']} single", r["single_tok_s"], pred["single_tok_s"], source))
+        out.append(row("seed", f"{r['layout']} peak", r["peak_tok_s"], pred["peak_tok_s"], source))
     return out
 
 
@@ -192,9 +205,7 @@ def pd_prediction(path: str, rec: dict, name: str):
         {
             "host": rec.get("host") or "h",
             "model": {
-                "name": name,
-                "path": f"/var/lib/sglang-models/{name}",
-                "hf_config_file": os.path.join(REPO, "models", name, "config.json"),
+                **plan_arch_check.dummy_model(name),
                 "load_format": "dummy" if rec.get("dummy_weights") else "auto",
             },
             "sglang_version": (rec.get("versions") or {}).get("sglang") or "0.5.16",
@@ -370,7 +381,7 @@ def targets(rows, summ):
     h200 = [r for r in rows if r["group"] == "h200"]
     over = [r["what"] for r in h200 if abs(r["error_pct"]) > 15]
     seed = [r for r in rows if r["group"] == "seed"]
-    flagged = [r for r in seed if not 0.6 <= r["measured"] / r["predicted"] <= 1.4]
+    flagged = [r for r in seed if speed_check.flag_of([r["measured"] / r["predicted"]])]
     outside = [r for r in seed if abs(r["error_pct"]) > 30 and r not in flagged]
 
     def group_line(title, group):
@@ -390,9 +401,14 @@ def targets(rows, summ):
         group_line(
             "other GPUs (nothing fitted on them, the H200's constants and their datasheet rows)", "other-gpu"
         ),
-        "seed: flagged (measured outside 0.6-1.4 x the prediction): "
-        + (", ".join(r["what"] for r in flagged) or "none")
-        + " (cause named in benchmarks/reference/seed-box.json)",
+        f"seed: flagged (measured outside {speed_check.SLOW}-{speed_check.FAST} x the prediction): "
+        + (
+            ", ".join(
+                r["what"] + (", cause named" if "cause named" in r["source"] else ", no cause")
+                for r in flagged
+            )
+            or "none"
+        ),
         "seed: unflagged figures beyond 30 %: "
         + (", ".join(f"{r['what']} {r['error_pct']:+.0f}%" for r in outside) or "none"),
     ]

@@ -99,7 +99,7 @@ def test_generate_figures_match_what_the_server_did(chunked):
     tpot = [(r["e2e_ms"] - r["ttft_ms"]) / (r["completion_tokens"] - 1) for r in lv1["requests"]]
     assert lv1["tpot_ms"]["mean"] == pytest.approx(statistics.fmean(tpot))
     # a request read in one receive has no decode speed and is left out of decode_tok_s
-    streamed = [t for t, r in zip(tpot, lv1["requests"]) if sum(r["itl_ms"]) > 0]
+    streamed = [t for t, r in zip(tpot, lv1["requests"], strict=True) if sum(r["itl_ms"]) > 0]
     if streamed:
         assert lv1["decode_tok_s"]["mean"] == pytest.approx(statistics.fmean(1000 / t for t in streamed))
     else:
