@@ -176,24 +176,30 @@ def plan_pd_layout(
         nxt = max(nxt, ports[role][-1] + 1)
     bootstrap = [pd["prefill"]["bootstrap_port"] + i for i in range(pd["prefill"]["replicas"])]
 
+    # A decode server on a GPU a prefill server also uses starts second (start_wave 1), once that
+    # prefill server is ready, and SGLang sizes its static pool from the memory free at its own start:
+    # the card less the prefill server's CUDA context and static pool (its fraction of what was free
+    # at its start, context gone). The prefill server's CUDA graphs and activations outside its pool
+    # are not counted here.
+    prefill_gpus = {(host_i, g) for host_i, gpus in placed.get("prefill") or [] for g in gpus}
+
+    def after_prefill(host_i: int, gpus: list) -> list:
+        return sorted(g for g in gpus if (host_i, g) in prefill_gpus)
+
     roles: dict[str, dict] = {}
     subs: dict[str, dict] = {}
     for role in ROLES:
         blocks = placed.get(role) or []
         gpus0 = blocks[0][1] if blocks else None
-        # A decode server that shares its GPUs with a prefill server starts second, and SGLang sizes
-        # its static pool from the memory free at its own start: the card less the prefill server's
-        # CUDA context and static pool (its fraction of what was free at its start, context gone).
-        # The prefill server's CUDA graphs and activations outside its pool are not counted here.
         hw = dict(hardware)
-        if role == "decode" and pd["share_gpus"] and blocks and placed.get("prefill"):
-            shared = set(gpus0) & set(placed["prefill"][0][1])
+        shared = after_prefill(*blocks[0]) if role == "decode" and blocks else []
+        if shared:
             left = 1 - _float(roles["prefill"][SGLANG.fraction_key], "mem_fraction_static")
             # a prefill fraction outside (0, 1) is refused in the prefill role's own reasons
-            if shared and 0 < left < 1:
+            if 0 < left < 1:
                 hw["gpu_memory_gib"] = round((hardware["gpu_memory_gib"] - CUDA_CONTEXT_GIB) * left, 2)
                 notes.append(
-                    f"{name}: decode shares GPU(s) {sorted(shared)} with prefill and starts after it: planned on "
+                    f"{name}: decode shares GPU(s) {shared} with prefill and starts after it: planned on "
                     f"the {hw['gpu_memory_gib']:g} GiB the prefill server's CUDA context and mem_fraction_static "
                     "leave; its CUDA graphs and activations outside that pool leave the decode pool smaller "
                     "(SGLang 0.5.16's prefill server captures prefill CUDA graphs too)."
@@ -236,6 +242,7 @@ def plan_pd_layout(
                     "node_rank": None,
                     "index": i,
                     "gpu_ids": gpus,
+                    "start_wave": 1 if role == "decode" and after_prefill(host_i, gpus) else 0,
                     "port": port,
                     "argv": [*SGLANG.launcher, *unit_flags],
                     "env": env,
@@ -329,6 +336,7 @@ def plan_pd_layout(
         "node_rank": None,
         "index": None,
         "gpu_ids": [],
+        "start_wave": 0,
         "port": base,
         "argv": [*ROUTER_LAUNCHER, *router_flags],
         "env": {},
@@ -336,12 +344,6 @@ def plan_pd_layout(
         "ports": [base + 1000],
     }
     all_units = [*roles["prefill"]["units"], *roles["decode"]["units"], router_unit]
-    # SGLang sizes a server's static pool from the memory free when it starts: a decode server on a
-    # GPU a prefill server also uses starts only once that prefill server is ready (the second wave)
-    prefill_gpus = {(u["host"], g) for u in roles["prefill"]["units"] for g in u["gpu_ids"]}
-    for unit in all_units:
-        shares = unit["role"] == "decode" and any((unit["host"], g) in prefill_gpus for g in unit["gpu_ids"])
-        unit["start_wave"] = 1 if shares else 0
     check_pd_ports(name, all_units, lay["port"] is not None)
     check_pd_reach(name, all_units, router_host, str(serving_n["host"]))
 
