@@ -9,7 +9,7 @@ at once, both carrying `bootstrap_host`, `bootstrap_port` and `bootstrap_room`. 
   handshake: it has room for the KV); the prefill server waits for that handshake up to
   SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, prefills the prompt (its scheduler, one token), then
   "sends" the KV: the plan's `kv_bytes_per_token` x prompt tokens / the link (speed.kv_transfer_s,
-  the speed model's one formula), and answers the handshake `KV <prefill_s> <transfer_s>`;
+  the speed model's one formula), and answers the handshake `KV` (the stage seconds go to its metrics);
 - the decode server waits up to SGLANG_DISAGGREGATION_WAITING_TIMEOUT for that answer, then
   decodes from the prefill's token (no prefill of its own).
 
@@ -55,7 +55,7 @@ class _Room:
 
     def __init__(self, loop):
         self.handshake = asyncio.Event()
-        self.result: asyncio.Future = loop.create_future()  # ("KV", prefill_s, transfer_s) | ("FAIL", msg)
+        self.result: asyncio.Future = loop.create_future()  # ("KV",) | ("FAIL", msg)
 
 
 class PD:
@@ -227,7 +227,7 @@ class PD:
         await asyncio.sleep(transfer)
         self._pd_observe("prefill_transfer_kv_cache", transfer)
         if not st.result.done():
-            st.result.set_result(("KV", f"{prefill_s:.6f}", f"{transfer:.6f}"))
+            st.result.set_result(("KV",))
         if conn is not None:
             conn.json(200, r.final_body(t_end))
 
