@@ -20,7 +20,6 @@ delivery (token due in the simulator -> client has read it).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -82,9 +81,8 @@ def compare_with_schedule(level, schedule):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = sim_oracle.load_parser(__doc__, num_prompts=256, output_len=128)
     ap.add_argument("--concurrency", type=int, default=64)
-    sim_oracle.add_load_args(ap, num_prompts=256, output_len=128)
     ap.add_argument(
         "--prefill-ms-per-token",
         type=float,

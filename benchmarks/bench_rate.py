@@ -36,7 +36,6 @@ tests/conformance/test_bench_serving_vllm_schedule.py) and prints the same ratio
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -307,9 +306,8 @@ def compare_vllm(url, args, rate_arg, work, tokenizer, log):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = sim_oracle.load_parser(__doc__, num_prompts=240, output_len=64)
     ap.add_argument("--rates", nargs="+", default=["8", "inf"])
-    sim_oracle.add_load_args(ap, num_prompts=240, output_len=64)
     ap.add_argument(
         "--max-concurrency",
         type=int,

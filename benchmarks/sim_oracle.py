@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -30,12 +31,15 @@ def host_line():
     return f"host: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} (other processes share them)"
 
 
-def add_load_args(ap, num_prompts, output_len):
-    """The settings run_bench_serving reads from args (both clients get them), and the simulator's decode step."""
+def load_parser(doc: str, num_prompts: int, output_len: int) -> argparse.ArgumentParser:
+    """A script's parser (its docstring's first line) with the settings run_bench_serving reads from
+    args (both clients get them) and the simulator's decode step."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--num-prompts", type=int, default=num_prompts)
     ap.add_argument("--input-len", type=int, default=64)
     ap.add_argument("--output-len", type=int, default=output_len)
     ap.add_argument("--decode-step-ms", type=float, default=10.0)
+    return ap
 
 
 def oracle_python(required=True, hint=""):

@@ -29,25 +29,27 @@ def run_module(tmp_path, module, args: dict, python=HOST_PY, check=False):
     return ansible_module.run_module(tmp_path, module, args, python, ["--check"] if check else [])
 
 
+def bench_ok(tmp_path, srv, **args):
+    """sglang_bench against srv (concurrency 1 and 2 unless args say otherwise): the module's answer and
+    its facts, once it has not failed."""
+    res = run_module(tmp_path, "sglang_bench", {"url": srv.url, "concurrency": [1, 2], **args})
+    assert not res.get("failed"), res
+    return res, res["ansible_facts"]["sglang_bench"]
+
+
 def test_module_measures_under_the_bare_host_python(tmp_path):
     progress = tmp_path / "p" / "bench.progress"
     with FakeServer(step_s=0.02, first_s=0.01) as srv:
-        res = run_module(
+        res, b = bench_ok(
             tmp_path,
-            "sglang_bench",
-            {
-                "url": srv.url,
-                "concurrency": [1, 2],
-                "input_len": 16,
-                "output_len": 4,
-                "prompts_per_stream": 2,
-                "min_prompts": 2,
-                "api_key": "s3cret-key",
-                "progress_file": str(progress),
-            },
+            srv,
+            input_len=16,
+            output_len=4,
+            prompts_per_stream=2,
+            min_prompts=2,
+            api_key="s3cret-key",
+            progress_file=str(progress),
         )
-    assert not res.get("failed"), res
-    b = res["ansible_facts"]["sglang_bench"]
     assert [lv["concurrency"] for lv in b["levels"]] == [1, 2]
     assert [lv["completed"] for lv in b["levels"]] == [2, 4]
     assert set(b["levels"][0]["ttft_ms"]) == {"mean", "p50", "p90", "p99"}
@@ -144,27 +146,23 @@ def test_bad_rate_or_slo_fails_before_any_request(tmp_path, extra, needle):
 
 def test_rate_ladder_through_the_module(tmp_path):
     with FakeServer(step_s=0.002, first_s=0.005) as srv:
-        res = run_module(
+        _, b = bench_ok(
             tmp_path,
-            "sglang_bench",
-            {
-                "url": srv.url,
-                "concurrency": [],
-                "request_rates": [50, "inf"],
-                "num_prompts": 4,
-                "input_len": 4,
-                "output_len": 3,
-                "warmup": 0,
-                "slo": {"ttft_p99_ms": 5000},
-                "progress_file": str(tmp_path / "p.progress"),
-            },
+            srv,
+            concurrency=[],
+            request_rates=[50, "inf"],
+            num_prompts=4,
+            input_len=4,
+            output_len=3,
+            warmup=0,
+            slo={"ttft_p99_ms": 5000},
+            progress_file=str(tmp_path / "p.progress"),
         )
-    assert not res.get("failed"), res
-    levels = res["ansible_facts"]["sglang_bench"]["levels"]
+    levels = b["levels"]
     assert [lv["request_rate"] for lv in levels] == [50.0, "inf"]
     assert all(lv["slo_met"] is True and lv["goodput_tok_s"] > 0 and "telemetry" in lv for lv in levels)
     # inf (all at once) is a burst, not a sustained rate: the highest finite rate that met counts
-    assert res["ansible_facts"]["sglang_bench"]["summary"]["slo_max_rate"] == 50.0
+    assert b["summary"]["slo_max_rate"] == 50.0
 
 
 def test_a_stalled_level_through_the_module_is_measured_again_and_warned(tmp_path):
@@ -173,23 +171,17 @@ def test_a_stalled_level_through_the_module_is_measured_again_and_warned(tmp_pat
     progress = tmp_path / "p.progress"
     # 4 s of compile at c=2 is a stall unless c=1 paused for 1.3 s (factor 1.5): no machine's load decides it
     with FakeServer(step_s=0.005, first_s=0.01, compile_s=4.0) as srv:
-        res = run_module(
+        res, b = bench_ok(
             tmp_path,
-            "sglang_bench",
-            {
-                "url": srv.url,
-                "concurrency": [1, 2],
-                "num_prompts": 6,
-                "input_len": 4,
-                "output_len": 10,
-                "warmup": 0,
-                "stall_min_s": 1.0,
-                "stall_factor": 1.5,
-                "progress_file": str(progress),
-            },
+            srv,
+            num_prompts=6,
+            input_len=4,
+            output_len=10,
+            warmup=0,
+            stall_min_s=1.0,
+            stall_factor=1.5,
+            progress_file=str(progress),
         )
-    assert not res.get("failed"), res
-    b = res["ansible_facts"]["sglang_bench"]
     lv = b["levels"][1]
     assert lv["stall"]["detected"] is True and lv["stall"]["first"]["progress_gap_ms"] >= 3500
     assert lv["progress_gap_ms"] < 2000
