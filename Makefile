@@ -74,7 +74,8 @@ sim: $(STAMP) ## run the simulated engine in the foreground: make sim ARGS="--mo
 # module-scoped deployment is made once). Beside them lint and unit run first, side by side and at
 # a higher priority (nice -10, as root), so that a quick failure shows early; then conformance. No
 # test's verdict depends on the priority or the load (make test-under-load). Each suite's output is
-# printed whole when it ends (-O), and the stages' seconds at the end (ci/stage.sh).
+# printed whole when it ends (-O) with its slowest tests (--durations), and the stages' seconds at
+# the end (ci/stage.sh).
 TEST_WORKERS ?= 2
 test: ## everything CI runs: molecule and integration from the start; beside them lint and unit, then conformance
 	@rm -rf build/stages
@@ -93,13 +94,13 @@ lint: $(STAMP) ## ruff, yamllint, ansible-lint (production profile, --strict): e
 	$(STAGE) lint ci/lint.sh
 
 unit: $(STAMP) ## pure-Python unit tests (two pytest-xdist workers)
-	$(STAGE) unit $(PY) -m pytest -q -n 2 tests/unit
+	$(STAGE) unit $(PY) -m pytest -q -n 2 --durations=10 tests/unit
 
 integration: $(STAMP) ## playbooks driven through ansible-runner against the simulator
-	$(STAGE) integration $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/integration
+	$(STAGE) integration $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 tests/integration
 
 conformance: $(STAMP) $(ORACLE_STAMP) ## SGLang's own parser and bench_serving against our argv and simulator [SGLANG_VERSION=0.5.16]
-	SGLANG_ORACLE_PY=$(abspath $(ORACLE_PY)) SGLANG_ORACLE_VERSION=$(SGLANG_VERSION) $(STAGE) conformance $(PY) -m pytest -q tests/conformance
+	SGLANG_ORACLE_PY=$(abspath $(ORACLE_PY)) SGLANG_ORACLE_VERSION=$(SGLANG_VERSION) $(STAGE) conformance $(PY) -m pytest -q --durations=10 tests/conformance
 
 molecule: $(STAMP) ## Molecule scenarios on real systemd containers (podman): make molecule [S=name]
 	$(STAGE) molecule ci/molecule.sh $(S)
