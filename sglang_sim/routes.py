@@ -276,6 +276,8 @@ class Routes:
             lines.append(f"# HELP sglang:{name} The latency of each stage of requests.")
             lines.append(f"# TYPE sglang:{name} histogram")
             for stage, (seconds, count) in self.pd_stages.items():
+                if not count:
+                    continue  # as prometheus_client: a stage's series appears at its first observation
                 lines.append(f'sglang:{name}_sum{labels}stage="{stage}"}} {float(seconds)}')
                 lines.append(f'sglang:{name}_count{labels}stage="{stage}"}} {float(count)}')
         conn.respond(200, ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4; charset=utf-8")

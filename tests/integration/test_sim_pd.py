@@ -85,6 +85,9 @@ def test_a_request_is_prefilled_transferred_and_decoded():
         decode.wait_ready()
         with urllib.request.urlopen(f"http://127.0.0.1:{bootstrap}/health", timeout=30) as r:
             assert r.status == 200  # the prefill's bootstrap server
+        # as prometheus_client: no stage series before the first observation
+        with urllib.request.urlopen(prefill.url("/metrics"), timeout=30) as r:
+            assert "per_stage_req_latency_seconds_count{" not in r.read().decode()
         prompt = 2000
         got = pd_request(prefill, decode, bootstrap, prompt, max_new=5)
         with urllib.request.urlopen(prefill.url("/metrics"), timeout=30) as r:

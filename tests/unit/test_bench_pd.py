@@ -59,6 +59,30 @@ def test_a_server_without_the_stages_leaves_the_split_null_and_says_why():
     assert out["ttft_split"] == {"measured": False, "why": why}
 
 
+def test_a_server_that_has_served_no_pd_request_yet_counts_zero_before_the_level():
+    """prometheus_client makes a stage's series at its first observation: before a server's first
+    request its /metrics has none, which before a level is zero and after it a server without the split."""
+    lab = '{model_name="m",tp_rank="0"}'
+    with metrics_server(f"sglang:num_running_reqs{lab} 0.0\n") as fresh:
+        before, why = pd_counters([fresh.url], before_first=True)
+        after, why_after = pd_counters([fresh.url])
+    assert why is None and before == {
+        "prefill_s": 0.0,
+        "prefill_n": 0.0,
+        "transfer_s": 0.0,
+        "transfer_n": 0.0,
+    }
+    assert after is None and "per_stage_req_latency_seconds" in why_after
+    with metrics_server(stage_metrics(0.8, 0.2, 4)) as served:
+        after, _ = pd_counters([served.url])
+    out = ttft_split(before, after)
+    assert (out["ttft_prefill_ms"], out["ttft_transfer_ms"], out["ttft_split"]["requests"]) == (
+        200.0,
+        50.0,
+        4,
+    )
+
+
 def test_a_level_without_transfers_is_not_split():
     same = {"prefill_s": 1.0, "prefill_n": 10.0, "transfer_s": 0.5, "transfer_n": 10.0}
     out = ttft_split(same, dict(same))

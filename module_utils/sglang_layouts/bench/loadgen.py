@@ -20,6 +20,7 @@ text.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import random
@@ -526,7 +527,10 @@ async def run_level(cfg, spec, index, progress=None, keep_requests=False, attemp
         pd_before, pd_why = (None, None)
         if cfg.get("pd_prefill_urls"):
             pd_before, pd_why = await asyncio.get_running_loop().run_in_executor(
-                None, pd_counters, cfg["pd_prefill_urls"], cfg.get("_api_key")
+                None,
+                functools.partial(
+                    pd_counters, cfg["pd_prefill_urls"], cfg.get("_api_key"), before_first=True
+                ),
             )
         between["telemetry_start"] = clock() - t
         try:

@@ -231,9 +231,14 @@ PD_STAGE_METRIC = "sglang:per_stage_req_latency_seconds"
 PD_STAGES = {"prefill": "prefill_forward", "transfer": "prefill_transfer_kv_cache"}
 
 
-def pd_counters(urls, api_key=None, timeout=10.0):
+def pd_counters(urls, api_key=None, timeout=10.0, before_first=False):
     """The prefill servers' stage sums and counts, summed over the servers:
-    ({prefill_s, prefill_n, transfer_s, transfer_n}, None) or (None, why)."""
+    ({prefill_s, prefill_n, transfer_s, transfer_n}, None) or (None, why).
+
+    A histogram's series for a stage appears at the stage's first observation (prometheus_client
+    makes a labelled child when it is first used): read before a level (`before_first`), a server
+    that has not yet served a pd request counts 0; read after it, a missing series means the server
+    does not export the split."""
     total = {f"{k}_{x}": 0.0 for k in PD_STAGES for x in ("s", "n")}
     for url in urls:
         try:
@@ -253,6 +258,8 @@ def pd_counters(urls, api_key=None, timeout=10.0):
                     for labels, v in parsed.get(PD_STAGE_METRIC + suffix, [])
                     if labels.get("stage") == stage
                 ]
+                if not values and before_first:
+                    continue
                 if not values:
                     return None, (
                         f'{url}/metrics has no {PD_STAGE_METRIC}{suffix}{{stage="{stage}"}} (SGLang 0.5.16 observes it '
