@@ -458,6 +458,8 @@ class Scheduler:
                 fresh = [r for r in new if not r.prefilled]
                 n_tok = sum(r.prompt_tokens for r in fresh)
                 dur = self.cost.prefill(n_tok, len(fresh)) if fresh else 0.0
+                for r in fresh:
+                    r.pd_t0 = t  # its forward begins (SGLang's set_forward_entry_time)
                 if fresh:
                     sim.log.rank(
                         self.prefix,

@@ -69,7 +69,7 @@ class PD:
         self.pd_rooms: dict[int, _Room] = {}
         self.pd_warned: set[str] = set()
         # on a prefill server, per stage: [seconds summed, requests], for /metrics as SGLang's
-        # sglang:per_stage_req_latency_seconds (prefill_forward: here the request's queue and prefill)
+        # sglang:per_stage_req_latency_seconds (prefill_forward: from its batch's start to the prefill's end)
         self.pd_stages = {"prefill_forward": [0.0, 0], "prefill_transfer_kv_cache": [0.0, 0]}
         self.pd_failures_total = 0
 
@@ -196,7 +196,6 @@ class PD:
             return
         # the prefill itself: one token (SGLang's prefill server samples the first token)
         r.pd_room = room
-        r.pd_t0 = t0
         r.max_new, r.eos_at, r.stream = 1, None, False
         start()
 
