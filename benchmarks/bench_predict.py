@@ -75,7 +75,8 @@ H200_TABLE = (
 
 
 def spec_of(name: str):
-    return planner.load_model(plan_arch_check.dummy_model(name))
+    """The model of models/<name> with real weights (a layout's args say when they are dummy)."""
+    return planner.load_model({**plan_arch_check.dummy_model(name), "load_format": "auto"})
 
 
 def model(name: str, layout: dict, hw: dict, serving: dict):
