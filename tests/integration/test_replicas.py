@@ -75,6 +75,9 @@ def test_replicas_behind_the_router(env):
     facts = next(task_results(r, "Facts | Measured readiness"))["ansible_facts"]
     assert facts["sglang_service_current"]["url"] == f"http://127.0.0.1:{port}"
     assert facts["sglang_health"]["max_total_num_tokens"] > 0
+    # the router's registration of the replicas is the layout's last wave of its start
+    router_s = facts["sglang_health"]["router"]["ready_after_s"]
+    assert 0 < router_s < facts["sglang_health"]["ready_after_s"]
 
     before = {k: prefill_lines(run_dir, UNITS[k]) for k in ("r0", "r1")}
     r = run(e, {**extra, "layout": LAYOUT, "run_id": "replicas-it"}, "bench.yml")

@@ -232,13 +232,15 @@ def first_failure(results: list, step: str) -> dict:
     return {}
 
 
-def layout_readiness(results: list) -> dict:
+def layout_readiness(results: list, router_s: float | None = None) -> dict:
     """A layout's start from its gate results (the loop over its ready units, skipped ones left out):
     {ready_after_s, already_ready, figures}. Servers of one wave start together, so a wave takes its
     slowest server's time; waves start one after the other (a pd decode server that shares the
-    prefill server's GPUs waits for it), so the layout's start is the sum of its waves'. `figures` is
-    the index of the result whose KV pool stands for the layout, as the planner's kv_tokens does: a pd
-    layout's first decode server (it holds the conversations), else the first server."""
+    prefill server's GPUs waits for it), so the layout's start is the sum of its waves'. A router
+    (replicas, pd) starts last, and the layout is ready once it counts every server healthy (and, pd,
+    served one request): its `router_s` is the last wave. `figures` is the index of the result whose
+    KV pool stands for the layout, as the planner's kv_tokens does: a pd layout's first decode server
+    (it holds the conversations), else the first server."""
     results = [r for r in results or [] if isinstance(r, dict)]
     waves: dict[int, float] = {}
     for r in results:
@@ -247,6 +249,8 @@ def layout_readiness(results: list) -> dict:
             wave = int((r.get("__sglang_service_unit") or {}).get("start_wave") or 0)
             waves[wave] = max(waves.get(wave, 0.0), float(seconds))
     roles = [(r.get("__sglang_service_unit") or {}).get("role") for r in results]
+    if waves and isinstance(router_s, (int, float)) and not isinstance(router_s, bool) and router_s > 0:
+        waves[max(waves) + 1] = float(router_s)
     return {
         "ready_after_s": round(sum(waves.values()), 3) if waves else None,
         "already_ready": bool(results) and all(bool(r.get("already_ready")) for r in results),
