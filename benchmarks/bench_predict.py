@@ -76,7 +76,7 @@ H200_TABLE = (
 
 def spec_of(name: str):
     """The model of models/<name> with real weights (a layout's args say when they are dummy)."""
-    return planner.load_model({**plan_arch_check.dummy_model(name), "load_format": "auto"})
+    return planner.load_model(plan_arch_check.repo_model(name, dummy=False))
 
 
 def model(name: str, layout: dict, hw: dict, serving: dict):
@@ -205,10 +205,7 @@ def pd_prediction(path: str, rec: dict, name: str):
     doc = planner.plan_host(
         {
             "host": rec.get("host") or "h",
-            "model": {
-                **plan_arch_check.dummy_model(name),
-                "load_format": "dummy" if rec.get("dummy_weights") else "auto",
-            },
+            "model": plan_arch_check.repo_model(name, dummy=bool(rec.get("dummy_weights"))),
             "sglang_version": (rec.get("versions") or {}).get("sglang") or "0.5.16",
             "hardware": hw,
             "serving": {"mem_fraction_static": 0.88},

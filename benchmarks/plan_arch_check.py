@@ -34,14 +34,14 @@ def measured(log: Path) -> dict:
     return out
 
 
-def dummy_model(name: str) -> dict:
-    """sglang_model of one model of arch-check.yml as its lease started it: dummy weights, the
-    config.json of models/<name>."""
+def repo_model(name: str, dummy: bool = True) -> dict:
+    """sglang_model of a model of models/ (its config.json), as a lease starts it: dummy weights
+    unless told otherwise."""
     return {
         "name": name,
         "path": f"/var/lib/sglang-models/{name}",
         "hf_config_file": str(REPO / "models" / name / "config.json"),
-        "load_format": "dummy",
+        "load_format": "dummy" if dummy else "auto",
     }
 
 
@@ -66,7 +66,7 @@ def main() -> int:
     for name, layouts in ladders.items():
         inputs = {
             "host": "h",
-            "model": dummy_model(name),
+            "model": repo_model(name),
             "hardware": {
                 "gpu_count": 1,
                 "gpu_memory_gib": gib,

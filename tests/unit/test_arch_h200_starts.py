@@ -15,7 +15,7 @@ import yaml
 from sglang_layouts.gate import logclass
 from sglang_layouts.plan import planner
 
-from benchmarks.plan_arch_check import dummy_model
+from benchmarks.plan_arch_check import repo_model
 
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "tests" / "fixtures" / "sglang-0.5.16" / "arch-h200"
@@ -42,7 +42,7 @@ def measured(name: str) -> dict:
 def planned(name: str, gpu_name: str = "NVIDIA H200") -> dict:
     inputs = {
         "host": "h",
-        "model": dummy_model(name),
+        "model": repo_model(name),
         "hardware": {**H200, "gpu_name": gpu_name},
         "serving": {"mem_fraction_static": 0.88},
         "layouts": LADDERS[name],

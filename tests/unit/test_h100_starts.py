@@ -16,7 +16,7 @@ import yaml
 from sglang_layouts.gate import logclass
 from sglang_layouts.plan import planner
 
-from benchmarks.plan_arch_check import dummy_model
+from benchmarks.plan_arch_check import repo_model
 
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "tests" / "fixtures" / "sglang-0.5.16" / "h100"
@@ -43,7 +43,7 @@ def measured(log: str) -> dict:
 def planned(model: str, layout: str) -> dict:
     inputs = {
         "host": "h",
-        "model": dummy_model(model),
+        "model": repo_model(model),
         "sglang_version": "0.5.16",
         "hardware": H100,
         "serving": {"mem_fraction_static": 0.88},
