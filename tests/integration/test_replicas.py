@@ -75,9 +75,12 @@ def test_replicas_behind_the_router(env):
     facts = next(task_results(r, "Facts | Measured readiness"))["ansible_facts"]
     assert facts["sglang_service_current"]["url"] == f"http://127.0.0.1:{port}"
     assert facts["sglang_health"]["max_total_num_tokens"] > 0
-    # the router's registration of the replicas is the layout's last wave of its start
+    # the replicas start together (the slower one's time), then the router registers them: the
+    # layout's last wave of its start
+    gated = [g["ready_after_s"] for g in task_results(r, "Gate | Wait until each server is ready")]
     router_s = facts["sglang_health"]["router"]["ready_after_s"]
-    assert 0 < router_s < facts["sglang_health"]["ready_after_s"]
+    assert len(gated) == 2 and router_s > 0
+    assert facts["sglang_health"]["ready_after_s"] == pytest.approx(max(gated) + router_s, abs=0.01)
 
     before = {k: prefill_lines(run_dir, UNITS[k]) for k in ("r0", "r1")}
     r = run(e, {**extra, "layout": LAYOUT, "run_id": "replicas-it"}, "bench.yml")
