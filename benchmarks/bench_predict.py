@@ -41,7 +41,8 @@ from sglang_layouts.report import speed_check  # noqa: E402
 # The seed's box as the demo inventory describes it (hardware, layouts, serving flags) and its by-hand
 # figures with their workload: the same inputs as the demo report's reference rows.
 DEMO_INVENTORY = os.path.join(REPO, "inventory", "demo")
-SEED_REFERENCE = os.path.join(REPO, "benchmarks", "reference", "seed-box.json")
+SEED_REFERENCE_REL = "benchmarks/reference/seed-box.json"
+SEED_REFERENCE = os.path.join(REPO, SEED_REFERENCE_REL)
 SERVING_KEYS = ("mem_fraction_static", "context_length", "max_running_requests", "attention_backend")
 
 
@@ -111,9 +112,9 @@ def seed_rows():
         pred, why = speed.predict(plan, SEED_HW, ref["workload"])
         if pred is None:
             raise SystemExit(why)
-        source = "benchmarks/reference/seed-box.json" + (" (a cause named)" if r.get("known_causes") else "")
-        out.append(row("seed", f"{r['layout']} single", r["single_tok_s"], pred["single_tok_s"], source))
-        out.append(row("seed", f"{r['layout']} peak", r["peak_tok_s"], pred["peak_tok_s"], source))
+        for what, key in (("single", "single_tok_s"), ("peak", "peak_tok_s")):
+            fig = row("seed", f"{r['layout']} {what}", r[key], pred[key], SEED_REFERENCE_REL)
+            out.append({**fig, "cause_named": bool(r.get("known_causes"))})
     return out
 
 
@@ -401,10 +402,7 @@ def targets(rows, summ):
         ),
         f"seed: flagged (measured outside {speed_check.SLOW}-{speed_check.FAST} x the prediction): "
         + (
-            ", ".join(
-                r["what"] + (", cause named" if "cause named" in r["source"] else ", no cause")
-                for r in flagged
-            )
+            ", ".join(r["what"] + (", cause named" if r["cause_named"] else ", no cause") for r in flagged)
             or "none"
         ),
         "seed: unflagged figures beyond 30 %: "

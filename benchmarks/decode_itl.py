@@ -27,17 +27,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
 from bench_predict import record_model  # noqa: E402
+from sglang_layouts.serve.render import unit_name  # noqa: E402
 
 LEASE = os.path.join(REPO, "benchmarks", "results", "h200-2026-12-04b")
 DEFAULT_DATA = os.path.join(LEASE, "decode-itl.json")
 _DECODE = re.compile(
     r"Decode batch, #running-req: (\d+), #(?:full )?token: (\d+),.*gen throughput \(token/s\): ([\d.]+)"
 )
-
-
-def unit_slug(model: str, layout: str) -> str:
-    """The unit name the role gives a layout's server: sglang-<model>-<layout>, non-alnum -> '-'."""
-    return "sglang-" + re.sub(r"[^a-z0-9]+", "-", f"{model}-{layout}".lower()).strip("-")
 
 
 def parse_log(path: str) -> dict[int, dict]:
@@ -80,11 +76,9 @@ def records(lease: str = LEASE):
 def derive(logs: str, lease: str = LEASE) -> dict:
     out = {}
     for path, rec, name, _ in records(lease):
-        log = os.path.join(logs, unit_slug(name, rec["layout"]) + ".service.log")
-        if (rec.get("health") or {}).get("pd"):
-            log = os.path.join(
-                logs, unit_slug(name, rec["layout"]) + "-decode0.service.log"
-            )  # its decode server
+        # the layout's server; a pd layout's decode server (the planner names it <layout>-decode0)
+        server = rec["layout"] + ("-decode0" if (rec.get("health") or {}).get("pd") else "")
+        log = os.path.join(logs, unit_name(name, server) + ".log")
         if os.path.exists(log):
             out[os.path.relpath(path, REPO)] = {"model": name, "by_batch": parse_log(log)}
     return out

@@ -120,6 +120,7 @@ class Req:
         "finished",
         "first_sent",
         "first_token",
+        "forward_t0",
         "ids",
         "include_usage",
         "kind",
@@ -128,7 +129,6 @@ class Req:
         "model_json",
         "on_finish",
         "pd_room",
-        "pd_t0",
         "prefilled",
         "prompt_tokens",
         "rid",
@@ -177,7 +177,7 @@ class Req:
         self.aborted = False
         self.on_finish = None
         self.pd_room = None  # a prefill server's bootstrap room (pd.py)
-        self.pd_t0 = 0.0
+        self.forward_t0 = 0.0  # when its prefill batch began (a prefill server times its prefill_forward)
         self.prefilled = False  # a decode server's request whose KV came from a prefill server
         self.meta_prefix = (
             f',"meta_info":{{"id":{self.rid_json},"prompt_tokens":{prompt_tokens},'
@@ -459,7 +459,7 @@ class Scheduler:
                 n_tok = sum(r.prompt_tokens for r in fresh)
                 dur = self.cost.prefill(n_tok, len(fresh)) if fresh else 0.0
                 for r in fresh:
-                    r.pd_t0 = t  # its forward begins (SGLang's set_forward_entry_time)
+                    r.forward_t0 = t  # its forward begins (SGLang's set_forward_entry_time)
                 if fresh:
                     sim.log.rank(
                         self.prefix,

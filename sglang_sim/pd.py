@@ -220,7 +220,7 @@ class PD:
                 st.result.set_result(("FAIL", DECODE_DEAD))
             self._pd_failed(conn, msg)
             return
-        prefill_s = max(0.0, t_end - r.pd_t0)
+        prefill_s = max(0.0, t_end - r.forward_t0)
         self._pd_observe("prefill_forward", prefill_s)
         transfer = kv_transfer_s(self.plan.get("kv_bytes_per_token"), r.prompt_tokens, self.pd_link()["gbs"])
         await asyncio.sleep(transfer)

@@ -119,11 +119,16 @@ def test_a_layout_starts_in_the_sum_of_its_waves_and_its_decode_server_stands_fo
 
     # the pd-tcp start of the lease: prefill ready after 162.6 s, then decode after 67.8 s more
     pd = layout_readiness([_gated("prefill", 0, 162.6, 33845), _gated("decode", 1, 67.8, 43355)])
-    assert pd == {"ready_after_s": 230.4, "already_ready": False, "figures": 1}
+    assert pd == {"ready_after_s": 230.4, "router_s": None, "already_ready": False, "figures": 1}
     # then the router counted both servers healthy 14.5 s later: the layout's last wave
     routed = layout_readiness([_gated("prefill", 0, 162.6, 33845), _gated("decode", 1, 67.8, 43355)], 14.5)
-    assert routed["ready_after_s"] == 244.9
+    assert (routed["ready_after_s"], routed["router_s"]) == (244.9, 14.5)
     # replicas start together: the slowest one's time, the first server's figures
     rep = layout_readiness([_gated(None, 0, 60.0, 1, True), _gated(None, 0, 62.5, 2, True)])
-    assert rep == {"ready_after_s": 62.5, "already_ready": True, "figures": 0}
-    assert layout_readiness([]) == {"ready_after_s": None, "already_ready": False, "figures": 0}
+    assert rep == {"ready_after_s": 62.5, "router_s": None, "already_ready": True, "figures": 0}
+    assert layout_readiness([]) == {
+        "ready_after_s": None,
+        "router_s": None,
+        "already_ready": False,
+        "figures": 0,
+    }

@@ -238,9 +238,10 @@ def layout_readiness(results: list, router_s: float | None = None) -> dict:
     slowest server's time; waves start one after the other (a pd decode server that shares the
     prefill server's GPUs waits for it), so the layout's start is the sum of its waves'. A router
     (replicas, pd) starts last, and the layout is ready once it counts every server healthy (and, pd,
-    served one request): its `router_s` is the last wave. `figures` is the index of the result whose
-    KV pool stands for the layout, as the planner's kv_tokens does: a pd layout's first decode server
-    (it holds the conversations), else the first server."""
+    served one request): its `router_s` is the last wave, returned as given (rounded; None without a
+    router). `figures` is the index of the result whose KV pool stands for the layout, as the
+    planner's kv_tokens does: a pd layout's first decode server (it holds the conversations), else the
+    first server."""
     results = [r for r in results or [] if isinstance(r, dict)]
     waves: dict[int, float] = {}
     for r in results:
@@ -249,10 +250,12 @@ def layout_readiness(results: list, router_s: float | None = None) -> dict:
             wave = int((r.get("__sglang_service_unit") or {}).get("start_wave") or 0)
             waves[wave] = max(waves.get(wave, 0.0), float(seconds))
     roles = [(r.get("__sglang_service_unit") or {}).get("role") for r in results]
-    if waves and isinstance(router_s, (int, float)) and not isinstance(router_s, bool) and router_s > 0:
-        waves[max(waves) + 1] = float(router_s)
+    router = (
+        float(router_s) if isinstance(router_s, (int, float)) and not isinstance(router_s, bool) else None
+    )
     return {
-        "ready_after_s": round(sum(waves.values()), 3) if waves else None,
+        "ready_after_s": round(sum(waves.values()) + (router or 0.0), 3) if waves else None,
+        "router_s": None if router is None else round(router, 3),
         "already_ready": bool(results) and all(bool(r.get("already_ready")) for r in results),
         "figures": roles.index("decode") if "decode" in roles else 0,
     }
