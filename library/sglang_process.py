@@ -71,6 +71,14 @@ options:
     description: Seconds between SIGTERM and SIGKILL of the group.
     type: float
     default: 30
+  conflicts:
+    description:
+      - With I(state=started) or I(state=restarted), processes stopped before this one starts, in the same
+        run (what C(Conflicts=) does under systemd), such as the layouts that share its GPUs.
+      - They are reported under RV(stopped); a name that does not run is left as it is.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment: ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -136,6 +144,11 @@ stop:
   description: How the stop went (signal used, seconds waited).
   returned: when a process was stopped
   type: dict
+stopped:
+  description: One result per name of O(conflicts) (as in RV(units)), stopped before the start.
+  returned: always
+  type: list
+  elements: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -160,6 +173,7 @@ def main():
             "api_key": {"type": "str", "no_log": True},
             "secret_env": {"type": "dict", "default": {}, "no_log": True},
             "stop_timeout": {"type": "float", "default": 30},
+            "conflicts": {"type": "list", "elements": "str", "default": []},
         },
         required_if=[("state", "started", ["argv"]), ("state", "restarted", ["argv"])],
         supports_check_mode=True,
@@ -179,6 +193,13 @@ def main():
         stop_timeout=p["stop_timeout"],
         check_mode=module.check_mode,
     )
+    stopped = []
+    if p["state"] in ("started", "restarted"):
+        for name in p["conflicts"]:
+            try:
+                stopped.append(supervisor.ensure("stopped", p["run_dir"], name, **common))
+            except (supervisor.SupervisorError, OSError) as exc:
+                module.fail_json(msg=f"{name} (a conflicting process): {exc}", stopped=stopped)
     units = []
     for name in names:
         try:
@@ -186,7 +207,7 @@ def main():
         except (supervisor.SupervisorError, OSError) as exc:
             module.fail_json(msg=f"{name}: {exc}", units=units)
     result = dict(units[0]) if len(units) == 1 else {}
-    result.update(changed=any(u["changed"] for u in units), units=units)
+    result.update(changed=any(u["changed"] for u in units + stopped), units=units, stopped=stopped)
     module.exit_json(**result)
 
 

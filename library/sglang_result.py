@@ -164,94 +164,18 @@ latest:
   returned: state=latest
 """
 
-import os
-import time
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_layouts.report import results
-
-# The record's own fields: options of the module, passed to results.build_record as they are.
-RECORD_OPTIONS = {
-    "engine": {"type": "str"},
-    "plan": {"type": "dict"},
-    "health": {"type": "dict"},
-    "bench": {"type": "dict"},
-    "failure_class": {"type": "str"},
-    "evidence": {"type": "raw"},
-    "msg": {"type": "str"},
-    "reasons": {"type": "list", "elements": "str"},
-    "argv": {"type": "list", "elements": "str"},
-    "versions": {"type": "dict"},
-    "gpu": {"type": "dict"},
-    "extra": {"type": "dict"},
-    "gpu_hour_cost": {"type": "float"},
-}
+from ansible.module_utils.sglang_layouts.report import result_store, results
 
 
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "results_dir": {"type": "path", "required": True},
-            "run_id": {"type": "str", "required": True},
-            "state": {"type": "str", "default": "present", "choices": ["present", "query", "latest"]},
-            "host": {"type": "str"},
-            "layout": {"type": "str"},
-            "status": {"type": "str", "default": "ok", "choices": list(results.STATUSES)},
-            **RECORD_OPTIONS,
-            "timing": {"type": "dict"},
-        },
-        required_if=[("state", "present", ["host", "layout"]), ("state", "query", ["host", "layout"])],
+        argument_spec=result_store.ARGUMENT_SPEC,
+        required_if=result_store.REQUIRED_IF,
         supports_check_mode=True,
     )
-    p = module.params
-    rd = p["results_dir"]
     try:
-        if p["state"] == "latest":
-            results.run_dir(rd, p["run_id"])
-            link = os.path.join(rd, "latest")
-            current = os.readlink(link) if os.path.islink(link) else None
-            changed = current != p["run_id"]
-            if changed and not module.check_mode:
-                os.makedirs(rd, exist_ok=True)
-                results.update_latest(rd, p["run_id"])
-            module.exit_json(changed=changed, latest=link)
-
-        if p["state"] == "query":
-            found = results.attempts(rd, p["run_id"], p["host"], p["layout"])
-            out = {"changed": False, "exists": bool(found), "attempts": found}
-            if found:
-                path = results.record_path(rd, p["run_id"], p["host"], p["layout"], found[-1])
-                out["path"] = path
-                out["status"] = results.load_record(path).get("status")
-            module.exit_json(**out)
-
-        timing = None
-        if p["timing"]:
-            marks = {"end": time.time(), **{k: p["timing"].get(k) for k in ("start", "ready")}}
-            timing = results.layout_timing(
-                marks,
-                p["health"],
-                (p["bench"] or {}).get("levels"),
-                p["timing"].get("stop_s"),
-                p["timing"].get("gate_waited_s"),
-            )
-        record = results.build_record(
-            p["run_id"],
-            p["host"],
-            p["layout"],
-            p["status"],
-            timing=timing,
-            **{k: p[k] for k in RECORD_OPTIONS},
-        )
-        short = {k: v for k, v in record.items() if k not in ("levels", "formulas", "health", "evidence")}
-        if module.check_mode:
-            found = results.attempts(rd, p["run_id"], p["host"], p["layout"])
-            attempt = (found[-1] + 1) if found else 1
-            path = results.record_path(rd, p["run_id"], p["host"], p["layout"], attempt)
-            module.exit_json(changed=True, path=path, attempt=attempt, record=short)
-        path, attempt = results.write_record(rd, record)
-        short["attempt"] = attempt
-        module.exit_json(changed=True, path=path, attempt=attempt, record=short)
+        module.exit_json(**result_store.run(module.params, module.check_mode))
     except (results.ResultError, OSError) as exc:
         module.fail_json(msg=f"result store: {exc}")
 

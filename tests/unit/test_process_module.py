@@ -72,3 +72,26 @@ def test_two_units_stop_in_one_run_and_a_start_takes_one_name(tmp_path, pids):
 
     again = _process(tmp_path, {"name": names, "state": "stopped"})
     assert not again["changed"]
+
+
+def test_a_start_stops_its_conflicts_first_in_the_same_run(tmp_path, pids):
+    """What Conflicts= does under systemd: the layout sharing the GPU stops before this one starts."""
+    old = _process(tmp_path, {"name": "sglang-old.service", "argv": ["sleep", "3600"]})
+    pids["old"] = old["pid"]
+    new = _process(
+        tmp_path,
+        {
+            "name": "sglang-new.service",
+            "argv": ["sleep", "3600"],
+            "conflicts": ["sglang-old.service", "sglang-never-started.service"],
+        },
+    )
+    pids["new"] = new["pid"]
+    assert new["changed"] and _alive(new["pid"]) and not _alive(old["pid"]), new
+    assert [(u["name"], u["changed"]) for u in new["stopped"]] == [
+        ("sglang-old.service", True),
+        ("sglang-never-started.service", False),
+    ]
+    # a stop ignores conflicts: they name what a start displaces
+    stop = _process(tmp_path, {"name": "sglang-new.service", "state": "stopped", "conflicts": ["x"]})
+    assert stop["stopped"] == [] and not _alive(new["pid"])

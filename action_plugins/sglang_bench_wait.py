@@ -1,0 +1,75 @@
+# Copyright: sglang-layouts contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""sglang_bench_wait: wait on the host for a level's line in the load generator's progress file.
+
+One shell command per slice of time (bench.progress.slice_command) instead of a module per poll:
+a wait ends within a tenth of a second of the line, at the cost of one command over the connection.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from pathlib import Path
+
+from ansible.plugins.action import ActionBase
+
+# module_utils/ beside this plugin's folder (action_plugins/ in the repo, plugins/action/ in the
+# collection sglang.layouts), as the filters find it.
+_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
+# One command waits at most this long, so that a connection's idle limits never see a silent command.
+_SLICE_S = 60.0
+
+
+def _progress():
+    if _MODULE_UTILS not in sys.path:
+        sys.path.insert(0, _MODULE_UTILS)
+    return importlib.import_module("sglang_layouts.bench.progress")
+
+
+class ActionModule(ActionBase):
+    _VALID_ARGS = None  # validated against bench.progress.ARGUMENT_SPEC below
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        progress = _progress()
+        _, args = self.validate_argument_spec(argument_spec=progress.ARGUMENT_SPEC)
+        if self._play_context.check_mode:
+            # nothing runs in check mode, so no line will come
+            return {
+                **result,
+                "skipped": True,
+                "msg": "check mode: no load generator runs, no line to wait for",
+            }
+        start = time.monotonic()
+        poll = max(0.02, args["poll"])
+        while True:
+            left = args["timeout"] - (time.monotonic() - start)
+            if left <= 0:
+                return {
+                    **result,
+                    "failed": True,
+                    "waited_s": round(time.monotonic() - start, 3),
+                    "msg": f"no line for {args['level']} in {args['path']} after {args['timeout']:g} s "
+                    "(sglang_bench_level_timeout); the load generator's job may have died: see its async status",
+                }
+            cmd = progress.slice_command(args["path"], args["level"], min(_SLICE_S, left), poll)
+            res = self._low_level_execute_command(cmd, sudoable=True)
+            if res["rc"] == 0:
+                line, failed = progress.ended(res["stdout"])
+                return {
+                    **result,
+                    "changed": False,
+                    "line": line,
+                    "bench_failed": failed,
+                    "waited_s": round(time.monotonic() - start, 3),
+                }
+            if res["rc"] != progress.NOT_YET:
+                return {
+                    **result,
+                    "failed": True,
+                    "rc": res["rc"],
+                    "msg": f"the wait for {args['level']} in {args['path']} could not run on the host "
+                    f"(exit {res['rc']}): {(res.get('stderr') or '').strip()[-500:]}",
+                }

@@ -1,0 +1,53 @@
+# Copyright: sglang-layouts contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller side of sglang_result: store or look up a record without starting a module process.
+
+A record always goes to the controller (the task is delegated to localhost). There this plugin runs
+the module's own code (report.result_store: the same argument spec, the same function) in the worker
+that Ansible already forked for the task, so a sweep's two result tasks per layout cost no module
+process (0.5-1 s each on a GPU host). Anywhere else, over a connection, or with become, it runs the
+module as usual.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase
+
+# module_utils/ beside this plugin's folder (action_plugins/ in the repo, plugins/action/ in the
+# collection sglang.layouts), as the filters find it.
+_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
+
+
+def _library(name):
+    if _MODULE_UTILS not in sys.path:
+        sys.path.insert(0, _MODULE_UTILS)
+    return importlib.import_module(f"sglang_layouts.report.{name}")
+
+
+class ActionModule(ActionBase):
+    _VALID_ARGS = None  # validated against the module's own argument spec below
+
+    def _in_process(self):
+        return self._connection.transport == "local" and not self._play_context.become
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        if not self._in_process():
+            module = self._task.resolved_action or "sglang_result"
+            return self._execute_module(module_name=module, module_args=self._task.args, task_vars=task_vars)
+        store = _library("result_store")
+        validated = ArgumentSpecValidator(store.ARGUMENT_SPEC, required_if=store.REQUIRED_IF).validate(
+            self._task.args
+        )
+        if validated.error_messages:
+            return {**result, "failed": True, "msg": "; ".join(validated.error_messages)}
+        try:
+            out = store.run(validated.validated_parameters, check_mode=bool(self._play_context.check_mode))
+        except (_library("results").ResultError, OSError) as exc:
+            return {**result, "failed": True, "msg": f"result store: {exc}"}
+        return {**result, **out}

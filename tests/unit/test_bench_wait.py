@@ -1,0 +1,140 @@
+"""sglang_bench_wait: the host's shell loop (bench.progress) run by a real /bin/sh, and the action
+plugin run by ansible-core; and sglang_result's action storing in the controller's worker."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+from sglang_layouts.bench import progress
+
+from tests.helpers.ansible_module import ANSIBLE, run_module
+
+pytestmark = pytest.mark.skipif(
+    not ANSIBLE.exists(), reason="ansible-core is not installed beside this python"
+)
+
+
+def _slice(path, level, slice_s=30.0):
+    return subprocess.run(
+        ["/bin/sh", "-c", progress.slice_command(str(path), level, slice_s, 0.05)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_loop_ends_on_the_levels_line_once_it_is_written(tmp_path):
+    path = tmp_path / "bench.progress"
+    path.write_text("10:00:00 level c=1 started\n10:00:01 level c=16 done: 10 tok/s\n")
+    started = threading.Event()
+
+    def write_later():
+        started.wait()
+        with path.open("a") as fh:
+            fh.write("10:00:02 level c=1 done: 250.0 tok/s, TTFT p50 20 ms, 2/2 ok\n")
+
+    writer = threading.Thread(target=write_later)
+    writer.start()
+    # the line is not there yet: a short slice ends without it ("c=16" is not "c=1")
+    assert _slice(path, "c=1", slice_s=0.2).returncode == progress.NOT_YET
+    started.set()
+    writer.join()
+    done = _slice(path, "c=1")
+    assert done.returncode == 0
+    assert progress.ended(done.stdout) == ("level c=1 done: 250.0 tok/s, TTFT p50 20 ms, 2/2 ok", False)
+
+
+def test_a_failure_line_ends_the_wait_and_says_so(tmp_path):
+    path = tmp_path / "bench.progress"
+    path.write_text(
+        "10:00:00 bench failed: no server at http://127.0.0.1:1; the levels after it were not run\n"
+    )
+    for level in ("c=64", "r=0.5", progress.SLO_SEARCH):
+        line, failed = progress.ended(_slice(path, level).stdout)
+        assert failed and line.startswith("bench failed: no server"), level
+
+
+def test_a_file_not_written_yet_is_a_file_without_the_line(tmp_path):
+    assert _slice(tmp_path / "absent.progress", "c=1", slice_s=0.1).returncode == progress.NOT_YET
+
+
+def test_labels_with_shell_and_regex_characters_are_fixed_strings(tmp_path):
+    path = tmp_path / "it's a folder" / "bench.progress"
+    path.parent.mkdir()
+    path.write_text("10:00:00 level r=0x5 done: x\n10:00:01 level r=0.5 done: 3 req/s\n")
+    assert progress.ended(_slice(path, "r=0.5").stdout)[0] == "level r=0.5 done: 3 req/s"
+
+
+def test_the_action_returns_the_line_and_fails_with_the_timeout(tmp_path):
+    path = tmp_path / "bench.progress"
+    path.write_text("10:00:00 slo search done: max rate 2 req/s\n")
+    res = run_module(tmp_path, "sglang_bench_wait", {"path": str(path), "level": "slo search"})
+    assert not res.get("failed"), res
+    assert res["line"] == "slo search done: max rate 2 req/s" and res["bench_failed"] is False
+    late = run_module(tmp_path, "sglang_bench_wait", {"path": str(path), "level": "c=1", "timeout": 0.3})
+    assert late["failed"] and "no line for c=1" in late["msg"] and "sglang_bench_level_timeout" in late["msg"]
+    bad = run_module(tmp_path, "sglang_bench_wait", {"path": str(path)})
+    assert bad["failed"] and "level" in bad["msg"]
+
+
+def test_the_result_action_stores_in_the_controllers_worker_like_the_module(tmp_path):
+    """Delegated to the controller (local connection) the record is written by the action itself: no
+    module process, so no `invocation` in its answer; the record is the module's to the field."""
+    base = {"results_dir": str(tmp_path / "results"), "run_id": "r1", "host": "h", "layout": "tp1"}
+    stored = run_module(tmp_path, "sglang_result", {**base, "status": "skipped", "failure_class": "oom"})
+    assert not stored.get("failed") and "invocation" not in stored, stored
+    again = run_module(tmp_path, "sglang_result", {**base, "status": "skipped", "failure_class": "oom"})
+    assert (stored["attempt"], again["attempt"]) == (1, 2)
+    query = run_module(tmp_path, "sglang_result", {**base, "state": "query"})
+    assert query["exists"] and query["attempts"] == [1, 2] and query["status"] == "skipped"
+    checked = run_module(tmp_path, "sglang_result", {**base, "status": "skipped"}, extra=["--check"])
+    assert checked["attempt"] == 3 and not Path(checked["path"]).exists()
+    wrong = run_module(tmp_path, "sglang_result", {**base, "status": "great"})
+    assert wrong["failed"] and "great" in wrong["msg"]
+    first = json.loads(Path(stored["path"]).read_text())
+    assert first["status"] == "skipped" and first["failure_class"] == "oom"
+
+
+def test_the_module_face_stores_the_same_record(tmp_path, repo, monkeypatch, capsys):
+    """Over any other connection the action runs library/sglang_result.py: same spec, same function."""
+    import ansible.module_utils
+    from ansible.module_utils import basic
+
+    monkeypatch.setattr(
+        ansible.module_utils, "__path__", [*ansible.module_utils.__path__, str(repo / "module_utils")]
+    )
+    spec = importlib.util.spec_from_file_location(
+        "_sglang_result_module", repo / "library" / "sglang_result.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = {
+        "results_dir": str(tmp_path / "results"),
+        "run_id": "r1",
+        "host": "h",
+        "layout": "tp1",
+        "status": "skipped",
+        "failure_class": "oom",
+        "_ansible_check_mode": False,
+    }
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode())
+    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
+    with pytest.raises(SystemExit):
+        module.main()
+    out = json.loads(capsys.readouterr().out)
+    assert out["attempt"] == 1 and "invocation" in out
+    record = json.loads(Path(out["path"]).read_text())
+    via_action = run_module(
+        tmp_path,
+        "sglang_result",
+        {**{k: v for k, v in args.items() if not k.startswith("_")}, "results_dir": str(tmp_path / "other")},
+    )
+    other = json.loads(Path(via_action["path"]).read_text())
+    assert {k: v for k, v in record.items() if k != "created_at"} == {
+        k: v for k, v in other.items() if k != "created_at"
+    }
