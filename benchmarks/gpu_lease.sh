@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Glue for one offline GPU host lease: wheels in /opt/wheels, ansible-core from them, the project's
 # own `make gpu-sweep` in its own session, polled; then one layout with an API key; results packed.
-# The wheels travel in .whl/p1, .whl/p2 (SGLang 0.5.16's closure, split under the 64 MiB a copy may
+# The wheels travel in .whl/p1, .whl/p2, .whl/p3 (SGLang 0.5.16's closure, split under the 64 MiB a copy may
 # hold), .whl/ans (ansible-core), .whl/router and .whl/mc (see stage); the host variables are GPU_VARS
 # and KEYED_VARS.
 # usage: benchmarks/gpu_lease.sh probe | start | poll [seconds] | keyed | capture | pack
@@ -16,12 +16,12 @@ VARS="-e @$PWD/${GPU_VARS:-$RESULTS/gpu-vars.yml}"
 for f in ${EXTRA_VARS:-}; do VARS="$VARS -e @$PWD/$f"; done
 KEYED="-e @$PWD/${KEYED_VARS:-$RESULTS/keyed-vars.yml}"
 # Whatever wheel folders this call carried, into /opt/wheels (files stay while the host is held, so
-# the wheel set may come over several calls): .whl/p1, .whl/p2, .whl/router (sglang-router), .whl/mc
+# the wheel set may come over several calls): .whl/p1, .whl/p2, .whl/p3, .whl/router (sglang-router), .whl/mc
 # (mooncake's transfer engine, repacked, and mclibs.tgz: the shared libraries it needs that the image
 # lacks, into /opt/mclibs); .whl/ans (ansible-core) into $ANS.
 stage() {
   mkdir -p /opt/wheels
-  for d in p1 p2 router mc; do [ -d .whl/$d ] && cp .whl/$d/*.whl /opt/wheels/; done
+  for d in p1 p2 p3 router mc; do [ -d .whl/$d ] && cp .whl/$d/*.whl /opt/wheels/; done
   if [ -f .whl/mc/mclibs.tgz ]; then mkdir -p /opt/mclibs && tar xzf .whl/mc/mclibs.tgz -C /opt/mclibs && chmod -R a+rX /opt/mclibs; fi
   if [ -d .whl/ans ]; then python3 -m pip install -q --no-index --no-deps --no-compile --target $ANS .whl/ans/*.whl || exit 1; fi
   ls /opt/wheels | wc -l

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the git-ignored .whl/ that benchmarks/gpu_lease.sh carries to an offline GPU host, each folder
 # under the 64 MiB one device call may carry:
-#   p1      sglang, sglang-kernel (repacked by the GPU recipe), flashinfer-python, transformers
+#   p1      sglang, sglang-kernel (repacked by the GPU recipe), flashinfer-python
+#   p3      transformers (with the repo, p1 alone is near the 64 MiB a call may carry)
 #   p2      the rest of SGLang 0.5.16's closure (the recipe's wheels.txt)
 #   ans     ansible-core and what it needs beyond the image's Python (jinja2, pyyaml are there)
 #   router  sglang-router, for replicas and prefill/decode layouts
@@ -28,11 +29,12 @@ fetch() {  # fetch DIR REQUIREMENT...: wheels for CPython 3.12 on x86-64 Linux, 
     $plat -d "$dir" "$@"
 }
 
-rm -rf "$out" && mkdir -p "$out"/{p1,p2,ans,router,mc}
+rm -rf "$out" && mkdir -p "$out"/{p1,p2,p3,ans,router,mc}
 bash "$recipe/fetch_wheels.sh" "$work/sg" > "$work/fetch.log"
 for w in "$work"/sg/wheels/*.whl; do
   case $(basename "$w") in
-    sglang-*|sglang_kernel-*|flashinfer_python-*|transformers-*) cp "$w" "$out/p1/" ;;
+    sglang-*|sglang_kernel-*|flashinfer_python-*) cp "$w" "$out/p1/" ;;
+    transformers-*) cp "$w" "$out/p3/" ;;
     *) cp "$w" "$out/p2/" ;;
   esac
 done
