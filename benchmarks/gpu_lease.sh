@@ -33,6 +33,10 @@ probe)
   command -v python3 nvcc ninja; python3 -V
   python3 -c 'import torch, sys; print(torch.__version__, torch.cuda.is_available(), sys.prefix)'
   echo "pid1: $(ps -p 1 -o comm=)"; df -h / | tail -1; nproc
+  # what one module costs here before its own work: the interpreter's start, and Ansible's module base
+  TIMEFORMAT="python3 -c pass: %R s"; for i in 1 2 3; do time python3 -c pass; done
+  TIMEFORMAT="import ansible.module_utils.basic: %R s"; time env PYTHONPATH=$ANS python3 -c 'import ansible.module_utils.basic'
+  python3 -X importtime -c pass 2>&1 | sort -t'|' -k2 -n | tail -4
   if [ -d .whl/mc ]; then
     # does mooncake's transfer engine load here (its libraries from /opt/mclibs)?
     python3 -m pip install -q --no-index --no-deps --target /tmp/mct .whl/mc/*.whl
