@@ -158,6 +158,8 @@ _FACES = {
     "sglang_units_of_layouts": ("plan.placement.units_of_layouts",),
     "sglang_stop_order": ("plan.placement.stop_order", "plan.planner.PlanError"),
     "sglang_first_failure": ("plan.placement.first_failure",),
+    # the router host's outcome of a replica or pd layout's start (alive, workers, readiness, end to end)
+    "sglang_router_outcome": ("plan.placement.router_outcome",),
     # a layout's start over its waves of servers, and the server whose KV pool stands for it
     "sglang_layout_readiness": ("plan.placement.layout_readiness",),
     # a sweep's failure of one layout (class, message, evidence) from every source, most specific first

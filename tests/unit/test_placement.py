@@ -185,3 +185,53 @@ def test_nodes_outcome_blames_the_lost_rank_not_rank_0():
     # replicas: no rank rule, the first failed host decides
     rep = placement.nodes_outcome([{}, rank1], ["a", "b"], ["a", "b"], "spread", "gate", multinode=False)
     assert rep["failure_class"] == "crashed" and rep["host"] == "b"
+
+
+def _router_results(healthy=2, readiness=200, e2e=None, alive_failure=None, e2e_alive_failure=None):
+    unit = {"__sglang_service_unit": {"name": "sglang-m-pd.router.service"}}
+    workers = [{"url": f"http://127.0.0.1:3000{i}", "is_healthy": i < healthy} for i in range(2)]
+    return {
+        "alive": [{**unit, **(alive_failure or {"ok": True})}],
+        "workers": [] if alive_failure else [{**unit, "status": 200, "json": {"workers": workers}}],
+        "readiness": [{**unit, "status": readiness}],
+        "e2e": [{**unit, **e2e}] if e2e else [{**unit, "skipped": True}],
+        "e2e_alive": [{**unit, **(e2e_alive_failure or {"ok": True})}] if e2e else [],
+    }
+
+
+def test_the_router_host_is_ready_once_every_server_counts_and_one_request_went_through():
+    url = "http://127.0.0.1:30000"
+    assert placement.router_outcome(_router_results(), 2, url, 120) == {}
+    assert placement.router_outcome(_router_results(e2e={"status": 200}), 2, url, 120) == {}
+    # a host of the layout without the router: no readiness result, nothing to decide
+    assert placement.router_outcome({"alive": [], "readiness": []}, 2, url, 120) == {}
+
+
+def test_the_router_hosts_failures_name_their_step_and_what_was_counted():
+    url = "http://127.0.0.1:30000"
+    crashed = {"failure_class": "crashed", "msg": "router exited 1", "evidence": {"line": "ImportError"}}
+    out = placement.router_outcome(_router_results(alive_failure=crashed), 2, url, 120)
+    assert out["step"] == "router" and out["failure_class"] == "crashed"
+    assert out["unit"] == "sglang-m-pd.router.service"
+
+    short = placement.router_outcome(_router_results(healthy=1), 2, url, 120)
+    assert short["failure_class"] == "ready_timeout" and short["step"] == "router"
+    assert "counts 1 healthy workers of 2 after 120 s (/readiness 200)" in short["msg"]
+    assert short["evidence"]["workers"]["workers"][1]["is_healthy"] is False
+    assert "(/readiness 503)" in placement.router_outcome(_router_results(readiness=503), 2, url, 120)["msg"]
+
+    refused = placement.router_outcome(
+        _router_results(e2e={"status": 500, "content": "x" * 500}), 2, url, 120
+    )
+    assert refused["step"] == "router end to end" and "HTTP 500 " + "x" * 300 in refused["msg"]
+    assert not refused["msg"].endswith("x" * 301)
+    transfer = {
+        "failure_class": "kv_transfer_failed",
+        "msg": "KV transfer failed",
+        "evidence": {"line": "..."},
+    }
+    out = placement.router_outcome(
+        _router_results(e2e={"status": 500}, e2e_alive_failure=transfer), 2, url, 120
+    )
+    # the servers' own failure line says more than the router's HTTP status
+    assert (out["failure_class"], out["step"]) == ("kv_transfer_failed", "router end to end")

@@ -232,6 +232,51 @@ def first_failure(results: list, step: str) -> dict:
     return {}
 
 
+def router_outcome(results: dict, expected: int, url: str, timeout_s) -> dict:
+    """The router host's outcome of a layout's start, from the router role's registered results
+    (`alive`, `workers`, `readiness`, `e2e`, `e2e_alive`: lists of loop results, skipped ones
+    ignored): {} once the router runs, counts its `expected` servers healthy (GET /workers), says
+    ready (GET /readiness) and, for pd, served one request end to end with no server logging a fatal
+    line; else the first failure (failure_class, step, msg, evidence). No readiness result: no router."""
+
+    def done(name):
+        return [r for r in results.get(name) or [] if isinstance(r, dict) and not r.get("skipped")]
+
+    failure = first_failure(done("alive"), "router")
+    if failure:
+        return failure
+    readiness = done("readiness")
+    if not readiness:
+        return {}
+    status = readiness[0].get("status")
+    workers_json = (done("workers") or [{}])[0].get("json")
+    healthy = sum(
+        1 for w in (workers_json or {}).get("workers") or [] if isinstance(w, dict) and w.get("is_healthy")
+    )
+    if status != 200 or healthy != int(expected):
+        return {
+            "failure_class": "ready_timeout",
+            "step": "router",
+            "msg": f"the router {url} counts {healthy} healthy workers of {int(expected)} after {timeout_s} s "
+            f"(/readiness {status if status else '?'})",
+            "evidence": {"line": None, "log_tail": [], "exit_status": None, "workers": workers_json},
+        }
+    failure = first_failure(done("e2e_alive"), "router end to end")
+    if failure:
+        return failure
+    e2e = done("e2e")
+    if e2e and e2e[0].get("status") != 200:
+        answer = e2e[0].get("content", e2e[0].get("msg", ""))
+        return {
+            "failure_class": "ready_timeout",
+            "step": "router end to end",
+            "msg": f"the router {url} did not serve one request end to end (prefill, KV transfer, decode): "
+            f"HTTP {e2e[0].get('status', '?')} {str(answer)[:300]}",
+            "evidence": {"line": None, "log_tail": [], "exit_status": None},
+        }
+    return {}
+
+
 def layout_readiness(results: list, router_s: float | None = None) -> dict:
     """A layout's start from its gate results (the loop over its ready units, skipped ones left out):
     {ready_after_s, already_ready, figures}. Servers of one wave start together, so a wave takes its
