@@ -1,12 +1,14 @@
-"""Real starts on one H100 (tests/fixtures/sglang-0.5.16/h100/, lease benchmarks/results/h100-2026-12-06b/)
-against the plan made from that lease's own ladder: weights per GPU and KV tokens within 2 %, per
-server of a prefill/decode layout whose two servers share the GPU.
+"""Real starts on one H100 (tests/fixtures/sglang-0.5.16/h100/, leases benchmarks/results/h100-2026-12-06b/
+and h100-2026-12-06c/) against the plan made from that lease's own ladder: weights per GPU and KV
+tokens within 2 %, per server of a prefill/decode layout whose two servers share the GPU.
 
-Two starts miss, each named with its cause and kept as a strict xfail, so the test fails once the
+Three starts miss, each kept as a strict xfail, so the test fails once the
 plan reaches the measurement: the decode server that starts beside a prefill server finds the
 prefill server's CUDA graphs and activations outside its static pool (1.27 GB of prefill graphs
-logged) on the GPU, which the plan does not count; and the Kimi K2.6 TP8 rank's weights are 0.53 GiB
-(0.7 %) over the plan, which its 3 GiB pool (mem_fraction_static 0.95) turns into 10 % of KV.
+logged) on the GPU, which the plan does not count (the second lease, with prefill graphs off, starts
+the same decode server within 2 % of the plan); and the Kimi K2.6 TP8 rank's weights are 0.53 GiB
+(0.7 %) over the plan, which its 3 GiB pool (mem_fraction_static 0.95) turns into 10 % of KV; and Qwen3-30B-A3B's KV pool is 2.1 % above the plan on the H100 (within 0.5 %
+on the H200), for a reason not found yet.
 """
 
 from pathlib import Path
@@ -20,8 +22,12 @@ from benchmarks.plan_arch_check import repo_model
 
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "tests" / "fixtures" / "sglang-0.5.16" / "h100"
-LEASE = REPO / "benchmarks" / "results" / "h100-2026-12-06b"
-LADDERS = yaml.safe_load((LEASE / "ladders.yml").read_text())["sglang_gpu_ladders"]
+LEASES = {
+    lease: yaml.safe_load((REPO / "benchmarks" / "results" / lease / "ladders.yml").read_text())[
+        "sglang_gpu_ladders"
+    ]
+    for lease in ("h100-2026-12-06b", "h100-2026-12-06c")
+}
 # torch's capacity of the card the lease got (its records' gpu block: 81,559 MiB, 79.19 GiB usable)
 H100 = {
     "gpu_count": 1,
@@ -40,48 +46,63 @@ def measured(log: str) -> dict:
     return out
 
 
-def planned(model: str, layout: str) -> dict:
+def planned(model: str, layout: str, lease: str) -> dict:
     inputs = {
         "host": "h",
         "model": repo_model(model),
         "sglang_version": "0.5.16",
         "hardware": H100,
         "serving": {"mem_fraction_static": 0.88},
-        "layouts": [lay for lay in LADDERS[model] if lay["name"] == layout],
+        "layouts": [lay for lay in LEASES[lease][model] if lay["name"] == layout],
     }
     (lay,) = planner.plan_host(inputs)["layouts"]
     assert lay["verdict"] == "fits", lay["reasons"]
     return lay
 
 
-def server(model: str, layout: str, role: str | None) -> dict:
-    lay = planned(model, layout)
+def server(model: str, layout: str, role: str | None, lease: str = "h100-2026-12-06b") -> dict:
+    lay = planned(model, layout, lease)
     return lay["pd"][role] if role else lay
 
 
+FIRST, SECOND = "h100-2026-12-06b", "h100-2026-12-06c"
 CASES = [
-    ("qwen1.5-moe-a2.7b.tp1.log", "qwen1.5-moe-a2.7b", "tp1", None),
-    ("qwen1.5-moe-a2.7b.pd-prefill.log", "qwen1.5-moe-a2.7b", "pd-tcp", "prefill"),
+    ("qwen1.5-moe-a2.7b.tp1.log", "qwen1.5-moe-a2.7b", "tp1", None, FIRST),
+    ("qwen1.5-moe-a2.7b.pd-prefill.log", "qwen1.5-moe-a2.7b", "pd-tcp", "prefill", FIRST),
     pytest.param(
         "qwen1.5-moe-a2.7b.pd-decode.log",
         "qwen1.5-moe-a2.7b",
         "pd-tcp",
         "decode",
+        FIRST,
         marks=pytest.mark.xfail(strict=True, reason="the prefill server's CUDA graphs are not planned"),
+    ),
+    # the same pd layout with prefill graphs off: nothing unplanned beside the decode server's pool
+    ("qwen1.5-moe-a2.7b.pd-prefill.no-prefill-graphs.log", "qwen1.5-moe-a2.7b", "pd-tcp", "prefill", SECOND),
+    ("qwen1.5-moe-a2.7b.pd-decode.no-prefill-graphs.log", "qwen1.5-moe-a2.7b", "pd-tcp", "decode", SECOND),
+    # 2.1 % more KV than planned on this card, where the same model's H200 starts are within 0.5 %
+    pytest.param(
+        "qwen3-30b-a3b.tp1.log",
+        "qwen3-30b-a3b",
+        "tp1",
+        None,
+        SECOND,
+        marks=pytest.mark.xfail(strict=True, reason="KV 2.1 % above the plan on the H100, cause not found"),
     ),
     pytest.param(
         "kimi-k2.6-tp8-rank.tp1.log",
         "kimi-k2.6-tp8-rank",
         "tp1",
         None,
+        FIRST,
         marks=pytest.mark.xfail(strict=True, reason="0.53 GiB of the TP8 rank's weights not planned"),
     ),
 ]
 
 
-@pytest.mark.parametrize(("log", "model", "layout", "role"), CASES)
-def test_plan_matches_the_real_start(log, model, layout, role):
-    real, plan = measured(log), server(model, layout, role)
+@pytest.mark.parametrize(("log", "model", "layout", "role", "lease"), CASES)
+def test_plan_matches_the_real_start(log, model, layout, role, lease):
+    real, plan = measured(log), server(model, layout, role, lease)
     assert real["weights_gib"] > 0 and real["kv_tokens"] > 0
     assert abs(plan["weights_gib_per_gpu"] - real["weights_gib"]) <= BAR * real["weights_gib"], (plan, real)
     assert abs(plan["kv_tokens"] - real["kv_tokens"]) <= BAR * real["kv_tokens"], (plan["kv_tokens"], real)
