@@ -40,6 +40,7 @@ PLUGIN_DIRS = {
     "filter_plugins": "plugins/filter",
     "action_plugins": "plugins/action",
     "callback_plugins": "plugins/callback",
+    "cache_plugins": "plugins/cache",
 }
 # folders taken whole; the simulator is what the sglang_service role ships to a host for engine sim
 TREES = ("roles", "sglang_sim", "docs", "meta")

@@ -44,6 +44,7 @@ def test_the_layout_ansible_expects(repo, tree):
         ("filter_plugins", "plugins/filter"),
         ("action_plugins", "plugins/action"),
         ("callback_plugins", "plugins/callback"),
+        ("cache_plugins", "plugins/cache"),
     ):
         assert sorted(p.name for p in (repo / src).glob("*.py")) == sorted(
             p.name for p in (tree / dest).glob("*.py")
