@@ -22,10 +22,11 @@ _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 _SLICE_S = 60.0
 
 
-def _progress():
+def _library(module):
+    """A module of module_utils/sglang_layouts ("bench.progress"), as the filters import it."""
     if _MODULE_UTILS not in sys.path:
         sys.path.insert(0, _MODULE_UTILS)
-    return importlib.import_module("sglang_layouts.bench.progress")
+    return importlib.import_module(f"sglang_layouts.{module}")
 
 
 class ActionModule(ActionBase):
@@ -33,7 +34,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        progress = _progress()
+        progress = _library("bench.progress")
         _, args = self.validate_argument_spec(argument_spec=progress.ARGUMENT_SPEC)
         if self._play_context.check_mode:
             # nothing runs in check mode, so no line will come

@@ -23,10 +23,11 @@ from ansible.plugins.action import ActionBase
 _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 
 
-def _library(name):
+def _library(module):
+    """A module of module_utils/sglang_layouts ("report.result_store"), as the filters import it."""
     if _MODULE_UTILS not in sys.path:
         sys.path.insert(0, _MODULE_UTILS)
-    return importlib.import_module(f"sglang_layouts.report.{name}")
+    return importlib.import_module(f"sglang_layouts.{module}")
 
 
 class ActionModule(ActionBase):
@@ -40,7 +41,7 @@ class ActionModule(ActionBase):
         if not self._in_process():
             module = self._task.resolved_action or "sglang_result"
             return self._execute_module(module_name=module, module_args=self._task.args, task_vars=task_vars)
-        store = _library("result_store")
+        store = _library("report.result_store")
         validated = ArgumentSpecValidator(store.ARGUMENT_SPEC, required_if=store.REQUIRED_IF).validate(
             self._task.args
         )
@@ -48,6 +49,6 @@ class ActionModule(ActionBase):
             return {**result, "failed": True, "msg": "; ".join(validated.error_messages)}
         try:
             out = store.run(validated.validated_parameters, check_mode=bool(self._play_context.check_mode))
-        except (_library("results").ResultError, OSError) as exc:
+        except (store.results.ResultError, OSError) as exc:
             return {**result, "failed": True, "msg": f"result store: {exc}"}
         return {**result, **out}

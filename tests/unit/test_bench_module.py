@@ -1,4 +1,5 @@
-"""library/sglang_bench.py and library/sglang_result.py run by ansible-core itself.
+"""library/sglang_bench.py run by ansible-core itself, and sglang_result as the sweeps call it (its action
+plugin, on the controller).
 
 The load generator runs under the host's bare /usr/bin/python3 (no aiohttp) against a real
 loopback server; check mode sends nothing.

@@ -1,13 +1,10 @@
 """sglang_bench_wait: the host's shell loop (bench.progress) run by a real /bin/sh, and the action
-plugin run by ansible-core; and sglang_result's action storing in the controller's worker."""
+plugin run by ansible-core."""
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import subprocess
 import threading
-from pathlib import Path
 
 import pytest
 from sglang_layouts.bench import progress
@@ -80,61 +77,3 @@ def test_the_action_returns_the_line_and_fails_with_the_timeout(tmp_path):
     assert late["failed"] and "no line for c=1" in late["msg"] and "sglang_bench_level_timeout" in late["msg"]
     bad = run_module(tmp_path, "sglang_bench_wait", {"path": str(path)})
     assert bad["failed"] and "level" in bad["msg"]
-
-
-def test_the_result_action_stores_in_the_controllers_worker_like_the_module(tmp_path):
-    """Delegated to the controller (local connection) the record is written by the action itself: no
-    module process, so no `invocation` in its answer; the record is the module's to the field."""
-    base = {"results_dir": str(tmp_path / "results"), "run_id": "r1", "host": "h", "layout": "tp1"}
-    stored = run_module(tmp_path, "sglang_result", {**base, "status": "skipped", "failure_class": "oom"})
-    assert not stored.get("failed") and "invocation" not in stored, stored
-    again = run_module(tmp_path, "sglang_result", {**base, "status": "skipped", "failure_class": "oom"})
-    assert (stored["attempt"], again["attempt"]) == (1, 2)
-    query = run_module(tmp_path, "sglang_result", {**base, "state": "query"})
-    assert query["exists"] and query["attempts"] == [1, 2] and query["status"] == "skipped"
-    checked = run_module(tmp_path, "sglang_result", {**base, "status": "skipped"}, extra=["--check"])
-    assert checked["attempt"] == 3 and not Path(checked["path"]).exists()
-    wrong = run_module(tmp_path, "sglang_result", {**base, "status": "great"})
-    assert wrong["failed"] and "great" in wrong["msg"]
-    first = json.loads(Path(stored["path"]).read_text())
-    assert first["status"] == "skipped" and first["failure_class"] == "oom"
-
-
-def test_the_module_face_stores_the_same_record(tmp_path, repo, monkeypatch, capsys):
-    """Over any other connection the action runs library/sglang_result.py: same spec, same function."""
-    import ansible.module_utils
-    from ansible.module_utils import basic
-
-    monkeypatch.setattr(
-        ansible.module_utils, "__path__", [*ansible.module_utils.__path__, str(repo / "module_utils")]
-    )
-    spec = importlib.util.spec_from_file_location(
-        "_sglang_result_module", repo / "library" / "sglang_result.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    args = {
-        "results_dir": str(tmp_path / "results"),
-        "run_id": "r1",
-        "host": "h",
-        "layout": "tp1",
-        "status": "skipped",
-        "failure_class": "oom",
-        "_ansible_check_mode": False,
-    }
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode())
-    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
-    with pytest.raises(SystemExit):
-        module.main()
-    out = json.loads(capsys.readouterr().out)
-    assert out["attempt"] == 1 and "invocation" in out
-    record = json.loads(Path(out["path"]).read_text())
-    via_action = run_module(
-        tmp_path,
-        "sglang_result",
-        {**{k: v for k, v in args.items() if not k.startswith("_")}, "results_dir": str(tmp_path / "other")},
-    )
-    other = json.loads(Path(via_action["path"]).read_text())
-    assert {k: v for k, v in record.items() if k != "created_at"} == {
-        k: v for k, v in other.items() if k != "created_at"
-    }

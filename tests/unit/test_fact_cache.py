@@ -35,7 +35,7 @@ READ = """
 
 
 def _play(tmp_path, text, plugin):
-    book = tmp_path / f"{plugin}-{abs(hash(text))}.yml"
+    book = tmp_path / ("write.yml" if text is WRITE else "read.yml")
     book.write_text(text)
     env = dict(
         os.environ,

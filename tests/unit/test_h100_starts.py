@@ -22,11 +22,12 @@ from benchmarks.plan_arch_check import repo_model
 
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "tests" / "fixtures" / "sglang-0.5.16" / "h100"
+FIRST, SECOND = "h100-2026-12-06b", "h100-2026-12-06c"
 LEASES = {
     lease: yaml.safe_load((REPO / "benchmarks" / "results" / lease / "ladders.yml").read_text())[
         "sglang_gpu_ladders"
     ]
-    for lease in ("h100-2026-12-06b", "h100-2026-12-06c")
+    for lease in (FIRST, SECOND)
 }
 # torch's capacity of the card the lease got (its records' gpu block: 81,559 MiB, 79.19 GiB usable)
 H100 = {
@@ -60,12 +61,11 @@ def planned(model: str, layout: str, lease: str) -> dict:
     return lay
 
 
-def server(model: str, layout: str, role: str | None, lease: str = "h100-2026-12-06b") -> dict:
+def server(model: str, layout: str, role: str | None, lease: str) -> dict:
     lay = planned(model, layout, lease)
     return lay["pd"][role] if role else lay
 
 
-FIRST, SECOND = "h100-2026-12-06b", "h100-2026-12-06c"
 CASES = [
     ("qwen1.5-moe-a2.7b.tp1.log", "qwen1.5-moe-a2.7b", "tp1", None, FIRST),
     ("qwen1.5-moe-a2.7b.pd-prefill.log", "qwen1.5-moe-a2.7b", "pd-tcp", "prefill", FIRST),
@@ -120,7 +120,7 @@ def test_the_decode_pool_is_planned_on_what_the_prefill_server_left():
         decode["avail_gib_before_load"]
         < prefill["avail_gib_before_load"] - 0.42 * prefill["avail_gib_before_load"]
     )
-    plan = server("qwen1.5-moe-a2.7b", "pd-tcp", "decode")
+    plan = server("qwen1.5-moe-a2.7b", "pd-tcp", "decode", FIRST)
     over = plan["kv_tokens"] / decode["kv_tokens"] - 1
     assert 0 < over < 0.15, over
 

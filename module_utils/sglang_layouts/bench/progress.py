@@ -51,5 +51,6 @@ def slice_command(path, level, slice_s, poll):
 def ended(stdout):
     """The progress line a slice printed, without its clock stamp ("level c=16 done: ..."), and
     whether it is the load generator's failure rather than the level's end."""
-    line = _STAMP.sub("", (stdout or "").strip().splitlines()[0] if (stdout or "").strip() else "")
+    lines = (stdout or "").strip().splitlines()
+    line = _STAMP.sub("", lines[0]) if lines else ""
     return line, line.startswith(FAILED)

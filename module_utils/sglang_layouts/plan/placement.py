@@ -258,7 +258,7 @@ def router_outcome(results: dict, expected: int, url: str, timeout_s) -> dict:
             "failure_class": "ready_timeout",
             "step": "router",
             "msg": f"the router {url} counts {healthy} healthy workers of {int(expected)} after {timeout_s} s "
-            f"(/readiness {status if status else '?'})",
+            f"(/readiness {status or '?'})",
             "evidence": {"line": None, "log_tail": [], "exit_status": None, "workers": workers_json},
         }
     failure = first_failure(done("e2e_alive"), "router end to end")
