@@ -160,6 +160,8 @@ _FACES = {
     "sglang_first_failure": ("plan.placement.first_failure",),
     # the router host's outcome of a replica or pd layout's start (alive, workers, readiness, end to end)
     "sglang_router_outcome": ("plan.placement.router_outcome",),
+    # a router's GET /workers answer: how many it counts healthy, every registered worker's URL
+    "sglang_router_registered": ("plan.placement.router_registered",),
     # a layout's start over its waves of servers, and the server whose KV pool stands for it
     "sglang_layout_readiness": ("plan.placement.layout_readiness",),
     # a sweep's failure of one layout (class, message, evidence) from every source, most specific first

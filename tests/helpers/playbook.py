@@ -2,8 +2,8 @@
 
 `run_playbook` runs a playbook of playbooks/ (or a path) against an inventory of inventory/
 (or a path) with private_data_dir as ansible-runner's folder (its artifacts, and a fact cache
-of the run's own), and returns the Runner: .status, .rc, .stats, .events, .stdout and
-.get_fact_cache(host).
+of the run's own), and returns the Runner: .status, .rc, .stats, .events, .stdout; its fact
+cache folder is `fact_cache_dir(runner)`, a host's facts `cached_facts(runner, host)`.
 
 A test that needs the ansible-playbook process itself (to send it SIGINT, or to tell its
 stdout from its stderr, which ansible-runner's pty merges) starts `playbook_command(...)`
@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,6 +75,7 @@ def ansible_env() -> dict:
         # ansible-runner sets this variable (its own stdout callback), which hides ansible.cfg's
         # callback_plugins: named here, the preload callback loads under the runner too
         "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "callback_plugins"),
+        "ANSIBLE_CACHE_PLUGINS": str(REPO / "cache_plugins"),
         "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".venv" / "collections"),
         "ANSIBLE_FORCE_COLOR": "0",
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -106,13 +108,24 @@ def run_playbook(
     pdd = Path(private_data_dir)
     pdd.mkdir(parents=True, exist_ok=True)
     play, inv = _paths(playbook, inventory)
+    ident = kw.pop("ident", None) or uuid.uuid4().hex
     return ansible_runner.run(
         private_data_dir=str(pdd),
         project_dir=str(REPO),
         playbook=play,
         inventory=inv,
         extravars=extravars or {},
-        envvars={**ansible_env(), **(envvars or {})},
+        # The fact cache of ansible.cfg (sglang_facts: jsonfile's files, decoded once per run), in the
+        # folder where ansible-runner keeps a run's facts. Left to its default, ansible-runner would
+        # force ansible.builtin.jsonfile, and the tests would time a cache users do not run.
+        ident=ident,
+        fact_cache_type="sglang_facts",
+        envvars={
+            **ansible_env(),
+            "ANSIBLE_CACHE_PLUGIN": "sglang_facts",
+            "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(pdd / "artifacts" / ident / "fact_cache"),
+            **(envvars or {}),
+        },
         quiet=True,
         timeout=timeout,  # None: pytest's own timeout (pytest.ini) bounds the run
         # ansible-runner otherwise writes the first run's extra vars and environment into
@@ -120,6 +133,20 @@ def run_playbook(
         suppress_env_files=True,
         **kw,
     )
+
+
+def fact_cache_dir(runner) -> Path:
+    """The folder of a run's fact cache (one file per host, as ansible.builtin.jsonfile writes it)."""
+    return Path(runner.config.artifact_dir) / "fact_cache"
+
+
+def cached_facts(runner, host: str) -> dict:
+    """A host's facts as the run left them in its fact cache, decoded as Ansible's cache decodes them
+    (ansible-core 2.19 stores fact_cache/s1_<host> = {"__payload__": <tagged JSON>})."""
+    from ansible._internal._json._profiles import _cache_persistence
+
+    path = fact_cache_dir(runner) / f"s{_cache_persistence._Profile.schema_id}_{host}"
+    return json.loads(json.loads(path.read_text())["__payload__"], cls=_cache_persistence.Decoder)
 
 
 def task_results(runner, name_part: str) -> Iterator[dict]:

@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.playbook import REPO, SHORT_BENCH, ansible_env, failed_messages, playbook_command
+from tests.helpers.playbook import (
+    REPO,
+    SHORT_BENCH,
+    ansible_env,
+    cached_facts,
+    fact_cache_dir,
+    failed_messages,
+    playbook_command,
+)
 from tests.helpers.records import assert_timing_adds_up
 
 # Small but real: three layouts (one fits, one oom, one invalid), two concurrency levels.
@@ -22,20 +30,6 @@ LAYOUTS = [
     {"name": "tp4ep2", "tp": 4, "ep": 2},
     {"name": "tp2ep4", "tp": 2, "ep": 4},
 ]
-
-
-def fact_cache(runner, host):
-    """A host's cached facts from the runner's artifacts.
-
-    ansible-core 2.19 stores them as fact_cache/s1_<host> = {"__payload__": <tagged JSON>}, which
-    ansible-runner 2.4's get_fact_cache() does not find; decode it the way Ansible's cache does."""
-    facts = runner.get_fact_cache(host)
-    if facts:
-        return facts
-    from ansible._internal._json._profiles import _cache_persistence
-
-    path = Path(runner.config.fact_cache) / f"s{_cache_persistence._Profile.schema_id}_{host}"
-    return json.loads(json.loads(path.read_text())["__payload__"], cls=_cache_persistence.Decoder)
 
 
 def _records(folder):
@@ -106,7 +100,7 @@ def test_sweep_records_resume_force_and_report(run_playbook, tmp_path, engine_va
     # each level was shown while the benchmark ran; the facts are in the runner's fact cache
     out = _stdout(r1)
     assert "seed-box/tp8 level c=1 done:" in out and "seed-box/tp8 level c=4 done:" in out
-    facts = fact_cache(r1, "seed-box")
+    facts = cached_facts(r1, "seed-box")
     assert facts["sglang_bench"]["layout"] == "tp8" and facts["sglang_bench"]["run_id"] == run_id
     assert facts["sglang_bench_results"]["tp8"]["peak_output_tok_s"] == tp8["summary"]["peak_output_tok_s"]
 
@@ -161,7 +155,7 @@ def test_bench_playbook_measures_the_deployed_layout(run_playbook, tmp_path, run
         assert r1.status == "successful", failed_messages(r1)
         # as with ansible.cfg's fact cache, the next playbook starts from the facts deploy.yml left
         cache = Path(tmp_path / "runner" / "artifacts" / "bench" / "fact_cache")
-        shutil.copytree(r1.config.fact_cache, cache)
+        shutil.copytree(fact_cache_dir(r1), cache)
         r2 = run_playbook(
             "bench.yml",
             ident="bench",
@@ -196,7 +190,7 @@ def test_bench_playbook_measures_the_deployed_layout(run_playbook, tmp_path, run
     assert "Winner under the SLO" in (results / "bench-it" / "REPORT.md").read_text()
     assert rec["health"]["layout"] == "tp8" and rec["prediction"]["kv_tokens"] > 0
     assert (results / "bench-it" / "REPORT.md").exists()
-    assert fact_cache(r2, "seed-box")["sglang_bench"]["record"].endswith("bench-it/seed-box/tp8.json")
+    assert cached_facts(r2, "seed-box")["sglang_bench"]["record"].endswith("bench-it/seed-box/tp8.json")
 
 
 def test_engine_killed_mid_benchmark_is_one_record_with_the_levels_before(

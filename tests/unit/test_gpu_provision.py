@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.gpu_fakes import fake_nvidia_smi, write_script
-from tests.helpers.playbook import REPO, VENV_BIN, run_playbook
+from tests.helpers.playbook import REPO, VENV_BIN, fact_cache_dir, run_playbook
 
 H200 = REPO / "tests" / "fixtures" / "gpu" / "h200-1gpu"
 
@@ -72,7 +72,7 @@ def provision(tmp_path: Path, env: dict, check: bool = False, tags: str = "gpu_f
         cmdline="--check" if check else None,
         timeout=300,
     )
-    return r.rc, r.stdout.read(), Path(r.config.fact_cache)
+    return r.rc, r.stdout.read(), fact_cache_dir(r)
 
 
 def test_facts_outrank_inventory_and_cuda_existing_passes(tmp_path):

@@ -235,3 +235,20 @@ def test_the_router_hosts_failures_name_their_step_and_what_was_counted():
     )
     # the servers' own failure line says more than the router's HTTP status
     assert (out["failure_class"], out["step"]) == ("kv_transfer_failed", "router end to end")
+
+
+def test_the_routers_worker_list_counts_healthy_workers_and_names_every_registered_one():
+    answer = {
+        "workers": [
+            {"url": "http://127.0.0.1:30001", "is_healthy": True, "worker_type": "prefill"},
+            {"url": "http://127.0.0.1:30002", "is_healthy": False, "worker_type": "decode"},
+        ],
+        "total": 2,
+    }
+    assert placement.router_registered(answer) == {
+        "healthy": 1,
+        "urls": ["http://127.0.0.1:30001", "http://127.0.0.1:30002"],
+    }
+    # no answer yet, or an error page instead of the list: nothing counts
+    for nothing in (None, {}, {"error": "not ready"}, "503 Service Unavailable", {"workers": None}):
+        assert placement.router_registered(nothing) == {"healthy": 0, "urls": []}

@@ -232,6 +232,18 @@ def first_failure(results: list, step: str) -> dict:
     return {}
 
 
+def router_registered(workers_json) -> dict:
+    """What a router's `GET /workers` answer says: {healthy: how many workers it counts healthy,
+    urls: every registered worker's URL, as the router reaches it}. Anything else (no answer, an
+    error page) counts none."""
+    workers = (workers_json or {}).get("workers") if isinstance(workers_json, dict) else None
+    workers = [w for w in workers or [] if isinstance(w, dict)]
+    return {
+        "healthy": sum(1 for w in workers if w.get("is_healthy")),
+        "urls": [w["url"] for w in workers if w.get("url")],
+    }
+
+
 def router_outcome(results: dict, expected: int, url: str, timeout_s) -> dict:
     """The router host's outcome of a layout's start, from the router role's registered results
     (`alive`, `workers`, `readiness`, `e2e`, `e2e_alive`: lists of loop results, skipped ones
@@ -250,9 +262,7 @@ def router_outcome(results: dict, expected: int, url: str, timeout_s) -> dict:
         return {}
     status = readiness[0].get("status")
     workers_json = (done("workers") or [{}])[0].get("json")
-    healthy = sum(
-        1 for w in (workers_json or {}).get("workers") or [] if isinstance(w, dict) and w.get("is_healthy")
-    )
+    healthy = router_registered(workers_json)["healthy"]
     if status != 200 or healthy != int(expected):
         return {
             "failure_class": "ready_timeout",
