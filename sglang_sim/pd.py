@@ -9,7 +9,9 @@ at once, both carrying `bootstrap_host`, `bootstrap_port` and `bootstrap_room`. 
   handshake: it has room for the KV); the prefill server waits for that handshake up to
   SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT, prefills the prompt (its scheduler, one token), then
   "sends" the KV: the plan's `kv_bytes_per_token` x prompt tokens / the link (speed.kv_transfer_s,
-  the speed model's one formula), and answers the handshake `KV` (the stage seconds go to its metrics);
+  the speed model's one formula), one transfer at a time on the server's link (prompts that finish
+  together queue, as speed.predict_pd assumes), and answers the handshake `KV` (the stage seconds,
+  queue included, go to its metrics);
 - the decode server waits up to SGLANG_DISAGGREGATION_WAITING_TIMEOUT for that answer, then
   decodes from the prefill's token (no prefill of its own).
 
@@ -72,6 +74,8 @@ class PD:
         # sglang:per_stage_req_latency_seconds (prefill_forward: from its batch's start to the prefill's end)
         self.pd_stages = {"prefill_forward": [0.0, 0], "prefill_transfer_kv_cache": [0.0, 0]}
         self.pd_failures_total = 0
+        # the link to the decode servers carries one request's KV at a time
+        self.pd_link_busy = asyncio.Lock()
 
     def _pd_observe(self, stage: str, seconds: float) -> None:
         total = self.pd_stages[stage]
@@ -223,8 +227,10 @@ class PD:
         prefill_s = max(0.0, t_end - r.forward_t0)
         self._pd_observe("prefill_forward", prefill_s)
         transfer = kv_transfer_s(self.plan.get("kv_bytes_per_token"), r.prompt_tokens, self.pd_link()["gbs"])
-        await asyncio.sleep(transfer)
-        self._pd_observe("prefill_transfer_kv_cache", transfer)
+        queued_at = asyncio.get_running_loop().time()
+        async with self.pd_link_busy:
+            await asyncio.sleep(transfer)
+        self._pd_observe("prefill_transfer_kv_cache", asyncio.get_running_loop().time() - queued_at)
         if not st.result.done():
             st.result.set_result(("KV",))
         if conn is not None:

@@ -717,16 +717,21 @@ def predict_pd(pd_plan: dict, hardware: dict, bench: dict | None) -> tuple[dict 
     ttft0 = prefill_one_s + transfer_s + md.decode_step(1, input_len)
 
     # Roles on the same GPUs take turns on them: a closed loop's cycle holds its prompts' prefill and
-    # its decode steps one after the other, not side by side.
+    # its decode steps one after the other, not side by side. The link is one more pool: the prompts
+    # of a wave share its bandwidth, so the last of c requests has its KV (c - 1) transfers after the
+    # first (a lone transfer is in ttft0 already). On the H100, mooncake_tcp's transfer stage took
+    # 35.7 ms a request at c1 and 199.9 ms at c16 (per_stage_req_latency_seconds): a queue, not c
+    # transfers side by side.
     shared = _shared_gpus(pd_plan)
     by = {}
     for cc in concurrency:
         per_rep = max(1, min(running, math.ceil(cc / d_rep)))
         step = md.decode_step(per_rep, per_rep * ctx)
+        link_queue_s = (math.ceil(cc / p_rep) - 1) * transfer_s
         if shared:
-            cycle = max(ttft0, cc / prefill_req_s) + output_len * step
+            cycle = max(ttft0, cc / prefill_req_s) + link_queue_s + output_len * step
         else:
-            cycle = max(ttft0 + output_len * step, cc / prefill_req_s)
+            cycle = max(ttft0 + link_queue_s + output_len * step, cc / prefill_req_s)
         by[str(cc)] = {
             "output_tok_s": round(cc * output_len / cycle, 1),
             "ttft_ms": round((cycle - output_len * step) * 1e3, 1),

@@ -111,9 +111,10 @@ def test_a_request_is_prefilled_transferred_and_decoded():
     }
     assert stages[("sglang:per_stage_req_latency_seconds_count", "prefill_transfer_kv_cache")] == 1
     assert stages[("sglang:per_stage_req_latency_seconds_count", "prefill_forward")] == 1
-    assert stages[("sglang:per_stage_req_latency_seconds_sum", "prefill_transfer_kv_cache")] == pytest.approx(
-        transfer, rel=1e-3
-    )
+    # the stage holds the transfer and any wait for the link (none here: one request), and ends
+    # before the prefill server answers
+    transfer_stage = stages[("sglang:per_stage_req_latency_seconds_sum", "prefill_transfer_kv_cache")]
+    assert transfer * (1 - 1e-3) <= transfer_stage <= body_e2e(got)
     assert 0 < stages[("sglang:per_stage_req_latency_seconds_sum", "prefill_forward")] < body_e2e(got)
     # the prefill server prefilled the prompt; the decode server did not prefill it again
     assert f"#new-token: {prompt}" in prefill_text

@@ -381,6 +381,35 @@ def test_pd_speed_on_a_shared_gpu_runs_prefill_and_decode_in_turn():
     assert any("share GPUs" in x for x in b["speed"]["assumptions"])
 
 
+def test_pd_speed_the_prompts_of_a_wave_queue_on_the_kv_link():
+    """The link is shared: the last of c prompts that reach the decode server together has its KV
+    (c - 1) transfers after the first (the H100's mooncake_tcp stage: 35.7 ms a request at c1,
+    199.9 ms at c16). Over a slow link TTFT grows with the wave; over NVLink the queue is negligible."""
+    qwen = {"name": "qwen1.5-moe-a2.7b", "path": str(REPO / "models" / "qwen1.5-moe-a2.7b")}
+    pd = {
+        "prefill": {"tp": 1, "args": {"mem_fraction_static": 0.4}},
+        "decode": {"tp": 1, "args": {"mem_fraction_static": 0.6}},
+        "share_gpus": True,
+    }
+    bench = {"concurrency": [1, 16], "input_len": 256, "output_len": 128}
+    tcp = {"name": "tcp", "pd": {**pd, "transfer_backend": "mooncake_tcp"}}
+    (lp,) = _pd_plan([tcp], bench=bench, model=qwen)["layouts"]
+    sp = lp["speed"]
+    transfer_ms = sp["pd"]["kv_transfer"]["ms_per_request"]
+    one, wave = sp["by_concurrency"]["1"], sp["by_concurrency"]["16"]
+    assert transfer_ms > 10  # 196,608 B/token x 256 tokens over TCP
+    # a lone request's TTFT holds one transfer; the wave's last request waits for 15 more
+    assert one["ttft_ms"] == pytest.approx(sp["pd"]["ttft_ms_single"], abs=0.2)
+    assert wave["ttft_ms"] - one["ttft_ms"] >= 15 * transfer_ms - 0.5
+    cycle_s = 16 * 128 / wave["output_tok_s"]
+    assert cycle_s == pytest.approx((wave["ttft_ms"] + 128 * wave["itl_ms"]) / 1e3, rel=0.01)
+    # over a fast link the same wave barely queues
+    nvlink = {"name": "nv", "pd": {**pd, "transfer_backend": "mooncake"}}
+    (fast,) = _pd_plan([nvlink], bench=bench, model=qwen, interconnect="nvlink")["layouts"]
+    assert fast["speed"]["pd"]["kv_transfer"]["ms_per_request"] < transfer_ms / 10
+    assert fast["speed"]["by_concurrency"]["16"]["output_tok_s"] > wave["output_tok_s"]
+
+
 def test_an_architectures_own_kernel_count_reaches_the_decode_floor():
     """archs.Arch.kernels_per_layer is the one source: Gemma 3's unfused norms and RoPE (87 kernels a
     layer) make its floor, an architecture without a count keeps its family's."""
