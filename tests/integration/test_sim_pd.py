@@ -11,7 +11,6 @@ import threading
 import urllib.error
 import urllib.request
 
-import pytest
 from sglang_layouts.bench.telemetry import parse_prometheus
 from sglang_layouts.gate import logclass
 from sglang_layouts.speed import kv_transfer_s
