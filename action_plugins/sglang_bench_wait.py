@@ -1,9 +1,11 @@
 # Copyright: sglang-layouts contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""sglang_bench_wait: wait on the host for a level's line in the load generator's progress file.
+"""sglang_bench_wait: wait on the host for each level's line in the load generator's progress file.
 
 One shell command per slice of time (bench.progress.slice_command) instead of a module per poll:
 a wait ends within a tenth of a second of the line, at the cost of one command over the connection.
+The whole ladder is one task: each level's line is shown as it comes, which took a task of its own
+per level and another to show it (some 70 ms each of Ansible's own on a GPU host).
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ import time
 from pathlib import Path
 
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 
 # module_utils/ beside this plugin's folder (action_plugins/ in the repo, plugins/action/ in the
 # collection sglang.layouts), as the filters find it.
 _MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 # One command waits at most this long, so that a connection's idle limits never see a silent command.
 _SLICE_S = 60.0
+
+display = Display()
 
 
 def _library(module):
@@ -45,32 +50,47 @@ class ActionModule(ActionBase):
             }
         start = time.monotonic()
         poll = max(0.02, args["poll"])
+        lines, bench_failed = [], False
+        for level in args["levels"]:
+            waited = self._wait(progress, args, level, poll)
+            if waited.get("failed"):
+                return {**result, **waited, "lines": lines, "waited_s": round(time.monotonic() - start, 3)}
+            lines.append(waited["line"])
+            # progress, not results: stdout stays machine-readable (the record holds the figures)
+            display.display(f"{args['label']} {waited['line']}".strip(), stderr=True)
+            if waited["bench_failed"]:
+                bench_failed = True  # the load generator gave up: no later level will end
+                break
+        return {
+            **result,
+            "changed": False,
+            "lines": lines,
+            "line": lines[-1] if lines else "",
+            "bench_failed": bench_failed,
+            "waited_s": round(time.monotonic() - start, 3),
+        }
+
+    def _wait(self, progress, args, level, poll):
+        """One level's line: {line, bench_failed}, or a failure that says why none came."""
+        timeout = progress.level_timeout(level, args["timeout"], args.get("search_timeout"))
+        start = time.monotonic()
         while True:
-            left = args["timeout"] - (time.monotonic() - start)
+            left = timeout - (time.monotonic() - start)
             if left <= 0:
                 return {
-                    **result,
                     "failed": True,
-                    "waited_s": round(time.monotonic() - start, 3),
-                    "msg": f"no line for {args['level']} in {args['path']} after {args['timeout']:g} s "
+                    "msg": f"no line for {level} in {args['path']} after {timeout:g} s "
                     "(sglang_bench_level_timeout); the load generator's job may have died: see its async status",
                 }
-            cmd = progress.slice_command(args["path"], args["level"], min(_SLICE_S, left), poll)
+            cmd = progress.slice_command(args["path"], level, min(_SLICE_S, left), poll)
             res = self._low_level_execute_command(cmd, sudoable=True)
             if res["rc"] == 0:
                 line, failed = progress.ended(res["stdout"])
-                return {
-                    **result,
-                    "changed": False,
-                    "line": line,
-                    "bench_failed": failed,
-                    "waited_s": round(time.monotonic() - start, 3),
-                }
+                return {"line": line, "bench_failed": failed}
             if res["rc"] != progress.NOT_YET:
                 return {
-                    **result,
                     "failed": True,
                     "rc": res["rc"],
-                    "msg": f"the wait for {args['level']} in {args['path']} could not run on the host "
+                    "msg": f"the wait for {level} in {args['path']} could not run on the host "
                     f"(exit {res['rc']}): {(res.get('stderr') or '').strip()[-500:]}",
                 }

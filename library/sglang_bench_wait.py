@@ -6,15 +6,17 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: sglang_bench_wait
-short_description: Wait for a level's line in the progress file of a running sglang_bench job
+short_description: Wait for each level's line in the progress file of a running sglang_bench job
 description:
   - "C(sglang_bench) appends a line to its O(progress_file) when a level ends (C(level c=16 done), then the level's
     figures), when the SLO search ends (C(slo search done)) and when it gives up (C(bench failed)). This task waits
-    on the host for the first line that ends O(level), checking the file every O(poll) seconds, and returns it."
+    on the host for the line that ends each of O(levels) in turn, checking the file every O(poll) seconds, shows
+    each line as it comes (on standard error, after O(label)) and returns them."
   - It is an action plugin. The wait runs on the host as one shell loop per slice of at most 60 s (grep and sleep),
     so a level's end is seen within O(poll) seconds and costs one command over the connection, not a module per
-    check. Running this file as a module fails and says so.
-  - A C(bench failed) line ends the wait as well (RV(bench_failed) is then true); the job's own result says why.
+    check, and a whole ladder is one task. Running this file as a module fails and says so.
+  - A C(bench failed) line ends the wait as well (RV(bench_failed) is then true, and no later level is waited
+    for); the job's own result says why.
 version_added: "1.0.0"
 author: sglang-layouts maintainers (@sglang-layouts)
 options:
@@ -22,18 +24,28 @@ options:
     description: The progress file on the host (C(sglang_bench)'s O(progress_file)); it may not exist yet.
     type: str
     required: true
-  level:
-    description: The level's label as the load generator writes it (C(c=16), C(r=0.5), C(r=inf)), or C(slo search).
-    type: str
+  levels:
+    description:
+      - The levels' labels as the load generator writes them, in the order it runs them (C(c=16), C(r=0.5),
+        C(r=inf)), and C(slo search) for the SLO search.
+    type: list
+    elements: str
     required: true
   timeout:
-    description: Seconds to wait before failing.
+    description: Seconds to wait for each level's line before failing.
     type: float
     default: 3600.0
+  search_timeout:
+    description: Seconds to wait for the C(slo search) line (it runs several levels of its own); O(timeout) if unset.
+    type: float
   poll:
     description: Seconds between two checks of the file on the host (at least 0.02).
     type: float
     default: 0.1
+  label:
+    description: Shown before each line (the host and the layout, C(gpu-host/tp1)).
+    type: str
+    default: ""
 extends_documentation_fragment: ansible.builtin.action_common_attributes
 attributes:
   action:
@@ -49,22 +61,29 @@ attributes:
 """
 
 EXAMPLES = r"""
-- name: Wait for the level of 16 concurrent requests to end
+- name: Wait for the levels of 1 and 16 concurrent requests to end, showing each
   ansible.legacy.sglang_bench_wait:
     path: /var/tmp/sglang-layouts/run1-tp8.progress
-    level: c=16
+    levels: [c=1, c=16]
     timeout: 3600
-  register: level
+    label: gpu-host/tp8
+  register: levels
 """
 
 RETURN = r"""
+lines:
+  description: The line that ended each level's wait, without its clock stamp, in the order of O(levels).
+  type: list
+  elements: str
+  returned: always
+  sample: ["level c=1 done: 242.2 tok/s, TTFT p50 82.3 ms, 8/8 ok", "level c=16 done: 1380.7 tok/s, TTFT p50 161.4 ms, 32/32 ok"]
 line:
-  description: The line that ended the wait, without its clock stamp.
+  description: The last of RV(lines).
   type: str
   returned: success
-  sample: "level c=16 done: 1380.7 tok/s, TTFT p50 161.4 ms, 16/16 ok"
+  sample: "level c=16 done: 1380.7 tok/s, TTFT p50 161.4 ms, 32/32 ok"
 bench_failed:
-  description: Whether the line is the load generator's C(bench failed) line rather than the level's end.
+  description: Whether the last line is the load generator's C(bench failed) line rather than a level's end.
   type: bool
   returned: success
 waited_s:

@@ -14,10 +14,16 @@ ANSIBLE = Path(sys.executable).with_name("ansible")
 
 
 def run_module(
-    tmp_path, module: str, args: str | dict, python: str = sys.executable, extra=(), check_rc=False
-) -> dict:
+    tmp_path,
+    module: str,
+    args: str | dict,
+    python: str = sys.executable,
+    extra=(),
+    check_rc=False,
+    with_stderr=False,
+):
     """The module's result for localhost; args as key=value text or a dict; extra: more ansible options;
-    check_rc: ansible itself must exit 0 too."""
+    check_rc: ansible itself must exit 0 too; with_stderr: (result, what ansible wrote on stderr)."""
     env = dict(
         os.environ,
         ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
@@ -37,4 +43,4 @@ def run_module(
     doc = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{") :])[0]
     result = doc["plays"][0]["tasks"][0]["hosts"]["localhost"]
     assert not check_rc or proc.returncode == 0, (proc.returncode, result)
-    return result
+    return (result, proc.stderr) if with_stderr else result

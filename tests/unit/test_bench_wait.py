@@ -70,10 +70,54 @@ def test_labels_with_shell_and_regex_characters_are_fixed_strings(tmp_path):
 def test_the_action_returns_the_line_and_fails_with_the_timeout(tmp_path):
     path = tmp_path / "bench.progress"
     path.write_text("10:00:00 slo search done: max rate 2 req/s\n")
-    res = run_module(tmp_path, "sglang_bench_wait", {"path": str(path), "level": "slo search"})
+    res = run_module(tmp_path, "sglang_bench_wait", {"path": str(path), "levels": ["slo search"]})
     assert not res.get("failed"), res
     assert res["line"] == "slo search done: max rate 2 req/s" and res["bench_failed"] is False
-    late = run_module(tmp_path, "sglang_bench_wait", {"path": str(path), "level": "c=1", "timeout": 0.3})
+    late = run_module(tmp_path, "sglang_bench_wait", {"path": str(path), "levels": ["c=1"], "timeout": 0.3})
     assert late["failed"] and "no line for c=1" in late["msg"] and "sglang_bench_level_timeout" in late["msg"]
     bad = run_module(tmp_path, "sglang_bench_wait", {"path": str(path)})
-    assert bad["failed"] and "level" in bad["msg"]
+    assert bad["failed"] and "levels" in bad["msg"]
+
+
+def test_the_action_waits_for_every_level_in_turn_and_shows_each_line(tmp_path):
+    path = tmp_path / "bench.progress"
+    path.write_text(
+        "10:00:00 level c=1 done: 250.0 tok/s, 2/2 ok\n"
+        "10:00:01 level c=16 done: 1500.0 tok/s, 32/32 ok\n"
+        "10:00:09 slo search done: max rate 3 req/s\n"
+    )
+    args = {"path": str(path), "levels": ["c=1", "c=16", "slo search"], "label": "gpu-host/tp1"}
+    res, stderr = run_module(tmp_path, "sglang_bench_wait", args, with_stderr=True)
+    assert not res.get("failed"), res
+    assert res["lines"] == [
+        "level c=1 done: 250.0 tok/s, 2/2 ok",
+        "level c=16 done: 1500.0 tok/s, 32/32 ok",
+        "slo search done: max rate 3 req/s",
+    ]
+    assert res["line"] == res["lines"][-1] and res["bench_failed"] is False
+    for line in res["lines"]:
+        assert f"gpu-host/tp1 {line}" in stderr
+    # a level whose line never comes fails with the lines that did come
+    short = run_module(tmp_path, "sglang_bench_wait", {**args, "levels": ["c=1", "c=64"], "timeout": 0.3})
+    assert short["failed"] and "no line for c=64" in short["msg"]
+    assert short["lines"] == ["level c=1 done: 250.0 tok/s, 2/2 ok"]
+
+
+def test_the_action_stops_at_the_load_generators_failure(tmp_path):
+    path = tmp_path / "bench.progress"
+    path.write_text(
+        "10:00:00 level c=1 done: 250.0 tok/s, 2/2 ok\n"
+        "10:00:02 bench failed: the server died during concurrency 16\n"
+    )
+    args = {"path": str(path), "levels": ["c=1", "c=16", "c=64"], "timeout": 600}
+    res = run_module(tmp_path, "sglang_bench_wait", args)
+    assert not res.get("failed"), res
+    assert res["bench_failed"] is True and len(res["lines"]) == 2
+    assert res["line"].startswith("bench failed: the server died during concurrency 16")
+
+
+def test_the_slo_search_gets_its_own_timeout():
+    assert progress.level_timeout("c=16", 600) == 600.0
+    assert progress.level_timeout(progress.SLO_SEARCH, 600) == 600.0
+    assert progress.level_timeout(progress.SLO_SEARCH, 600, 3600) == 3600.0
+    assert progress.level_timeout("c=16", 600, 3600) == 600.0

@@ -2,10 +2,10 @@
 
 The load generator runs on the host as an async job and appends one line per event to its progress
 file (``HH:MM:SS level c=16 done: ...``). The role shows each level as it ends by waiting for that
-level's line. The wait runs on the host as one shell loop that checks the file every tenth of a
-second and exits on the first matching line, or after a slice of time: the controller starts one
-command per slice (one per level, almost always) instead of a module per poll, and a level's end is
-seen within 0.1 s instead of within a whole second.
+level's line, every level of the ladder in one task. The wait runs on the host as one shell loop
+that checks the file every tenth of a second and exits on the first matching line, or after a slice
+of time: the controller starts one command per slice (one per level, almost always) instead of a
+module per poll, and a level's end is seen within 0.1 s instead of within a whole second.
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ import shlex
 
 ARGUMENT_SPEC = {
     "path": {"type": "str", "required": True},
-    "level": {"type": "str", "required": True},
+    "levels": {"type": "list", "elements": "str", "required": True},
     "timeout": {"type": "float", "default": 3600.0},
+    "search_timeout": {"type": "float"},
     "poll": {"type": "float", "default": 0.1},
+    "label": {"type": "str", "default": ""},
 }
 
 # What ends a wait besides the level's own line: the load generator's last word when it gave up.
@@ -54,3 +56,9 @@ def ended(stdout):
     lines = (stdout or "").strip().splitlines()
     line = _STAMP.sub("", lines[0]) if lines else ""
     return line, line.startswith(FAILED)
+
+
+def level_timeout(level, timeout, search_timeout=None):
+    """Seconds to wait for one level's line: `timeout`, or `search_timeout` (when given) for the SLO
+    search, which runs several levels of its own."""
+    return float(search_timeout) if level == SLO_SEARCH and search_timeout else float(timeout)
