@@ -22,10 +22,57 @@ DEFAULT_MODEL = PACKAGE_ROOT / "models" / "kimi-k2.6"
 HANG_S = 300.0
 
 
-def free_port() -> int:
+# Listening ports for tests and benchmarks come from below Linux's ephemeral range (32768-60999 by
+# default), where no outgoing connection takes them between the pick and the server's bind, and in
+# turn from one counter for the whole machine (a file under flock), so that two processes (pytest
+# workers, make test's stages side by side) never pick the same port. A base port's block (base + 0..19,
+# the servers of a layout) and its +1000 twin (a router's metrics port) stay clear of every other pick:
+# bases come only from the first half of each 2000-port window.
+PORT_WINDOWS = range(20000, 32000, 2000)
+PORT_STRIDE = 20
+PORT_COUNTER = os.environ.get("SGLANG_SIM_PORT_COUNTER", "/tmp/sglang-layouts-next-port")
+
+
+def _bases():
+    return [w + i for w in PORT_WINDOWS for i in range(0, 1000, PORT_STRIDE)]
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now, and that no other process of the machine
+    was handed recently (the next of some 300 bases, in turn; closed again at once)."""
+    import fcntl
+
+    bases = _bases()
+
+    def pick(nxt: int) -> tuple[int, int]:
+        for step in range(len(bases)):
+            port = bases[(nxt + step) % len(bases)]
+            if _bindable(port) and _bindable(port + 1000):
+                return port, (nxt + step + 1) % len(bases)
+        raise RuntimeError(f"no free port among {len(bases)} bases in {PORT_WINDOWS}")
+
+    try:
+        fh = open(PORT_COUNTER, "a+")  # noqa: SIM115 - held (and locked) for the pick below
+    except OSError:  # another user's counter: this process's own turn, from its pid
+        return pick(os.getpid() % len(bases))[0]
+    with fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file closes
+        fh.seek(0)
+        text = fh.read().strip()
+        port, nxt = pick(int(text) % len(bases) if text.isdigit() else os.getpid() % len(bases))
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(nxt))
+    return port
 
 
 class SimProcess:
