@@ -117,7 +117,7 @@ def run_playbook(
         extravars=extravars or {},
         # The fact cache of ansible.cfg (sglang_facts: jsonfile's files, decoded once per run), in the
         # folder where ansible-runner keeps a run's facts. Left to its default, ansible-runner would
-        # force ansible.builtin.jsonfile, and the tests would time a cache users do not run.
+        # force ansible.builtin.jsonfile, and the tests would run a cache that users do not.
         ident=ident,
         fact_cache_type="sglang_facts",
         envvars={
