@@ -2,13 +2,17 @@
 and h100-2026-12-06c/) against the plan made from that lease's own ladder: weights per GPU and KV
 tokens within 2 %, per server of a prefill/decode layout whose two servers share the GPU.
 
-Three starts miss, each kept as a strict xfail, so the test fails once the
-plan reaches the measurement: the decode server that starts beside a prefill server finds the
-prefill server's CUDA graphs and activations outside its static pool (1.27 GB of prefill graphs
-logged) on the GPU, which the plan does not count (the second lease, with prefill graphs off, starts
-the same decode server within 2 % of the plan); and the Kimi K2.6 TP8 rank's weights are 0.53 GiB
-(0.7 %) over the plan, which its 3 GiB pool (mem_fraction_static 0.95) turns into 10 % of KV; and Qwen3-30B-A3B's KV pool is 2.1 % above the plan on the H100 (within 0.5 %
-on the H200), for a reason not found yet.
+Three starts miss, each kept as a strict xfail, so the test fails once the plan reaches the
+measurement:
+
+- the decode server that starts beside a prefill server finds the prefill server's CUDA graphs and
+  activations outside its static pool (1.27 GB of prefill graphs logged) on the GPU, which the plan
+  does not count (the second lease, with prefill graphs off, starts the same decode server within
+  2 % of the plan);
+- the Kimi K2.6 TP8 rank's weights are 0.53 GiB (0.7 %) over the plan, which its 3 GiB pool
+  (mem_fraction_static 0.95) turns into 10 % of KV;
+- Qwen3-30B-A3B's KV pool is 2.1 % above the plan on the H100 (within 0.5 % on the H200), for a
+  reason not found yet.
 """
 
 from pathlib import Path
