@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.gpu_fakes import fake_nvidia_smi, write_script
-from tests.helpers.playbook import REPO, VENV_BIN, fact_cache_dir, run_playbook
+from tests.helpers.playbook import REPO, VENV_BIN, cached_facts, run_playbook
 
 H200 = REPO / "tests" / "fixtures" / "gpu" / "h200-1gpu"
 
@@ -51,13 +51,8 @@ def setup(tmp_path: Path, driver: str = "580.159.04", nvcc: str | None = None) -
     return {"inv": inv, "bin": bin_dir, "cuda": cuda}
 
 
-def plain(value):
-    """A cached value without ansible-core 2.19's serialized tags ({'value': ..., 'tags': ...})."""
-    return value["value"] if isinstance(value, dict) and "__ansible_type" in value else value
-
-
 def provision(tmp_path: Path, env: dict, check: bool = False, tags: str = "gpu_facts,cuda", **extravars):
-    """provision.yml's GPU parts; returns (rc, the playbook's output, the runner's fact cache folder)."""
+    """provision.yml's GPU parts; returns (rc, the playbook's output, the runner)."""
     r = run_playbook(
         "provision.yml",
         tmp_path / "runner",
@@ -72,12 +67,12 @@ def provision(tmp_path: Path, env: dict, check: bool = False, tags: str = "gpu_f
         cmdline="--check" if check else None,
         timeout=300,
     )
-    return r.rc, r.stdout.read(), fact_cache_dir(r)
+    return r.rc, r.stdout.read(), r
 
 
 def test_facts_outrank_inventory_and_cuda_existing_passes(tmp_path):
     env = setup(tmp_path)
-    rc, out, facts = provision(tmp_path, env)
+    rc, out, runner = provision(tmp_path, env)
     assert rc == 0, out
     # The summary shows the recorded GPU, not the inventory's 8 x 94.97 GiB PCIe.
     assert "1 x NVIDIA H200 (139.8 GiB, none)" in out
@@ -85,11 +80,9 @@ def test_facts_outrank_inventory_and_cuda_existing_passes(tmp_path):
     assert f"nvcc in {env['cuda']} is release 13.0" in out
     assert f'"cuda_home": "{env["cuda"]}"' in out
     # deploy.yml is a later run: it reads these from the fact cache.
-    (cache_file,) = facts.glob("*gpu-host")  # ansible-core 2.19 names it s1_gpu-host
-    cached = json.loads(cache_file.read_text())
-    cached = json.loads(cached["__payload__"]) if "__payload__" in cached else cached
-    assert plain(cached["cuda_home"]) == str(env["cuda"])
-    hw = tuple(plain(cached[k]) for k in ("gpu_count", "gpu_memory_gib", "gpu_interconnect"))
+    cached = cached_facts(runner, "gpu-host")
+    assert cached["cuda_home"] == str(env["cuda"])
+    hw = tuple(cached[k] for k in ("gpu_count", "gpu_memory_gib", "gpu_interconnect"))
     assert hw == (1, 139.8, "none")
 
 
