@@ -192,7 +192,7 @@ def test_the_dominated_never_include_a_hand_written_layout():
         {**base, "name": "e", "speed": {"single_tok_s": 1, "peak_tok_s": 200}},
     ]
     # b is beaten by a on both figures; d ties a exactly (kept); c is hand-written (kept)
-    assert search._dominated(entries) == {1}
+    assert search._dominated(entries, "peak") == {1}
 
 
 # --- calibration --------------------------------------------------------------------------------

@@ -25,7 +25,9 @@ from ..report.results import cost_per_mtok
 from ..speed import predict as predict_speed
 from ..speed import predict_pd
 from .inputs import normalize_layout
-from .rules import layout_problems, parallel_shape
+from .rules import layout_problems, parallel_shape, pd_tp_problems
+from .search_pd import normalize_pd_search, pd_candidates, pd_shape_key
+from .validate import LOOPBACK
 
 OBJECTIVES = {
     "single": "single-request decode tok/s (higher is better)",
@@ -40,6 +42,7 @@ SEARCH_KEYS = {
     "knobs": "serving flags to vary: {<flag of the version's table>: [values]}",
     "top_k": "how many candidates the sweep measures at least, best predicted first (default 3)",
     "budget": "most candidates the sweep measures (default top_k); past top_k the stop rule decides",
+    "pd": "true, or {transfer_backend, ib_device, router}: also prefill/decode pools of the vary: shapes (plan/search_pd.py)",
 }
 # The layout keys a search may vary, and moe_dense_tp_size (a flag, rendered under args:).
 VARY_KEYS = ("tp", "pp", "dp", "ep", "enable_dp_attention", "moe_dense_tp_size", "nnodes", "replicas")
@@ -109,8 +112,14 @@ def layout_name(lay: dict, knobs: dict) -> str:
         name += f"-n{lay['nnodes']}"
     if lay.get("replicas", 1) > 1:
         name += f"-r{lay['replicas']}"
+    return with_knobs(name, knobs)
+
+
+def with_knobs(name: str, knobs: dict, limit: int = 128) -> str:
+    """A candidate's name with its knobs: -<knob>=<v>... (a tail that would pass `limit` characters
+    is -k<digest of the knobs>)."""
     tail = "".join(f"-{knob_key(k)}={value_text(v)}" for k, v in knobs.items())
-    if len(name + tail) > 128:
+    if len(name + tail) > limit:
         digest = hashlib.sha256(json.dumps(knobs, sort_keys=True, default=str).encode()).hexdigest()[:10]
         tail = f"-k{digest}"
     return name + tail
@@ -225,11 +234,17 @@ def normalize_search(search, hardware: dict, cluster: dict, sglang_version: str 
         "knobs": out_knobs,
         "top_k": top_k,
         "budget": budget,
+        "pd": normalize_pd_search(search.get("pd"), table),
+        "gpu_count": gpu_count,
+        # the hosts a pd candidate's roles may take (one where the servers bind loopback: run())
+        "pd_hosts": hosts,
     }
 
 
-def candidates(norm: dict) -> list[dict]:
-    """Every layout of the search space, in a fixed order (shape first, then knobs)."""
+def candidates(norm: dict, role_ok=None, pair_problems=None) -> list[dict]:
+    """Every layout of the search space, in a fixed order (shape first, then knobs); then, with pd:,
+    for each knob set the pd layouts of role shapes role_ok(shape, knobs) allows and pairs without
+    pair_problems(pd) (run() gives both from the planner)."""
     s = norm["space"]
     knob_names = list(norm["knobs"])
     knob_sets = [
@@ -261,6 +276,20 @@ def candidates(norm: dict) -> list[dict]:
         for ks in knob_sets:
             args = {**base, **ks}
             out.append({"name": layout_name(lay, args), **lay, **({"args": args} if args else {})})
+    if norm.get("pd") is not None:
+        for ks in knob_sets:
+            for lay in pd_candidates(
+                s,
+                norm["pd"],
+                norm["gpu_count"],
+                norm["pd_hosts"],
+                norm["gpus"],
+                lambda shape, ks=ks: role_ok(shape, ks),
+                pair_problems,
+            ):
+                # a role's servers are named <layout>-prefill / -decode (plan/pd.py): room for the suffix
+                name = with_knobs(lay["name"], ks, 128 - len("-prefill"))
+                out.append({**lay, "name": name, **({"args": ks} if ks else {})})
     return out
 
 
@@ -310,6 +339,8 @@ def check_objective_inputs(norm: dict, bench: dict | None) -> None:
 
 def shape_key(lay: dict) -> str:
     """What makes two layouts the same engine (names aside): the planner's normalised keys."""
+    if "pd" in lay:
+        return json.dumps({"pd": pd_shape_key(lay)}, sort_keys=True)
     n = normalize_layout({**lay, "name": "x"})
     keep = {k: n[k] for k in ("tp", "pp", "ep", "dp", "nnodes", "replicas")}
     keep["enable_dp_attention"] = bool(n["enable_dp_attention"] and n["dp"] > 1)
@@ -318,23 +349,27 @@ def shape_key(lay: dict) -> str:
     return json.dumps(keep, sort_keys=True)
 
 
-def _figures(entry: dict) -> tuple:
+def _figures(entry: dict, objective: str) -> tuple:
+    """Higher is better on each: single, peak, KV tokens, fewer GPUs, and the objective's own value (a
+    goodput under an ITL bound may favour a candidate that is slower at its peak, a pd layout's)."""
     speed = entry.get("speed") or {}
+    value = entry.get("value")
     return (
         speed.get("single_tok_s") or 0.0,
         speed.get("peak_tok_s") or 0.0,
         entry["memory"].get("kv_tokens_total") or 0,
         -(entry.get("gpus_used") or 0),
+        float("-inf") if value is None else (-value if lower_is_better(objective) else value),
     )
 
 
-def _dominated(entries: list[dict]) -> set[int]:
+def _dominated(entries: list[dict], objective: str) -> set[int]:
     """Indices of entries another entry beats on one figure and matches or beats on every other (no
     more GPUs). Exact ties stay: the model cannot tell them apart, a measurement can. Named
     (hand-written) layouts are never dropped."""
     by_figures: dict[tuple, list[int]] = {}
     for i, e in enumerate(entries):
-        by_figures.setdefault(_figures(e), []).append(i)
+        by_figures.setdefault(_figures(e, objective), []).append(i)
     distinct = sorted(by_figures, reverse=True)
     front: list[tuple] = []
     out = set()
@@ -405,7 +440,26 @@ def run(
             named_keys.setdefault(shape_key(lay), lay["name"])
         except PlanError:
             continue  # the planner names it when it plans the layout itself
-    cands = candidates(norm)
+    if norm["pd"] is not None and str(serving.get("host") or "127.0.0.1") in LOOPBACK:
+        # servers that bind loopback serve only a router on their own host (validate.check_pd_reach)
+        norm["pd_hosts"] = 1
+    role_fits: dict[str, bool] = {}
+
+    def role_ok(shape: dict, knobs: dict) -> bool:
+        """A pd role's shape, with the knobs, as a layout of its own: allowed by the rules and fits
+        (its weights and KV pool are a role's; once per shape and knobs, not per pair)."""
+        key = json.dumps([shape, knobs], sort_keys=True, default=str)
+        if key not in role_fits:
+            try:
+                role = plan_layout(
+                    {"name": "role", **shape, "args": knobs}, spec, hardware, serving, cluster, sglang_version
+                )
+                role_fits[key] = role["verdict"] == "fits"
+            except PlanError:
+                role_fits[key] = False
+        return role_fits[key]
+
+    cands = candidates(norm, role_ok, lambda pd: pd_tp_problems(pd, spec))
     dropped = {k: 0 for k in REASONS}
     last = {}
     entries = []
@@ -418,38 +472,42 @@ def run(
         if named_keys and shape_key(lay) in named_keys:
             same_as_named += 1
             continue  # the inventory's layout stands for it (planned below under its own name)
-        # the planner's arithmetic of GPUs (rules.parallel_shape), before the full plan; once per shape
-        shape = (
-            lay["tp"],
-            lay["pp"],
-            lay["dp"],
-            lay["ep"],
-            lay["enable_dp_attention"],
-            lay["nnodes"],
-            lay["replicas"],
-        )
-        if shape not in shapes:
-            normalized = normalize_layout({k: v for k, v in lay.items() if k != "args"})
-            shapes[shape] = (normalized, parallel_shape(normalized))
-        normalized, par = shapes[shape]
-        used = par["gpus_per_engine"] * par["replicas"]
-        if norm["gpus"] is None:
-            off = used % gpu_count != 0
+        if "pd" in lay:
+            problems = []  # pd_candidates made it of shapes the rules allow, with GPUs that pass gpus:
         else:
-            off = not norm["gpus"][0] <= used <= norm["gpus"][1]
-        if off:
-            dropped["gpus"] += 1
-            last["gpus"] = (
-                f"{lay['name']}: uses {used} GPUs, outside gpus {norm['gpus'] or 'all (whole hosts)'}"
+            # the planner's arithmetic of GPUs (rules.parallel_shape), before the full plan; once per shape
+            shape = (
+                lay["tp"],
+                lay["pp"],
+                lay["dp"],
+                lay["ep"],
+                lay["enable_dp_attention"],
+                lay["nnodes"],
+                lay["replicas"],
             )
-            continue
-        # the planner's parallelism rules (rules.layout_problems) read the shape, never args:
-        # a shape they refuse is refused with every knob value, so it is checked once
-        if shape not in shape_reasons:
-            shape_reasons[shape] = layout_problems(normalized, par, spec, hardware)[0]
-        if shape_reasons[shape]:
+            if shape not in shapes:
+                normalized = normalize_layout({k: v for k, v in lay.items() if k != "args"})
+                shapes[shape] = (normalized, parallel_shape(normalized))
+            normalized, par = shapes[shape]
+            used = par["gpus_per_engine"] * par["replicas"]
+            if norm["gpus"] is None:
+                off = used % gpu_count != 0
+            else:
+                off = not norm["gpus"][0] <= used <= norm["gpus"][1]
+            if off:
+                dropped["gpus"] += 1
+                last["gpus"] = (
+                    f"{lay['name']}: uses {used} GPUs, outside gpus {norm['gpus'] or 'all (whole hosts)'}"
+                )
+                continue
+            # the planner's parallelism rules (rules.layout_problems) read the shape, never args:
+            # a shape they refuse is refused with every knob value, so it is checked once
+            if shape not in shape_reasons:
+                shape_reasons[shape] = layout_problems(normalized, par, spec, hardware)[0]
+            problems = shape_reasons[shape]
+        if problems:
             dropped["invalid"] += 1
-            last["invalid"] = shape_reasons[shape][0]
+            last["invalid"] = problems[0]
             continue
         plan = plan_layout(lay, spec, hardware, serving, cluster, sglang_version)
         if plan["verdict"] != "fits":
@@ -482,7 +540,7 @@ def run(
             f"({', '.join(f'{dropped[k]} {k}' for k in gone) or 'none planned'}); the rule that removed the last: "
             f"{first if len(first) <= 220 else first[:217] + '...'}. Widen vary:, knobs: or gpus:."
         )
-    for i in sorted(_dominated(entries), reverse=True):
+    for i in sorted(_dominated(entries, objective), reverse=True):
         entries.pop(i)
         dropped["dominated"] += 1
     rank_entries(entries, objective)

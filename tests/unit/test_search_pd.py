@@ -1,0 +1,145 @@
+"""The layout search's pd candidates (plan/search_pd.py): prefill and decode pools of the vary: shapes,
+through the planner's own rules, ranked by speed.predict_pd beside the aggregated candidates."""
+
+import pytest
+from sglang_layouts.estimate.model import PlanError
+from sglang_layouts.names import layout_name_problem
+from sglang_layouts.plan import calibrate, planner
+
+H200 = {"gpu_count": 8, "gpu_memory_gib": 139.8, "gpu_interconnect": "nvlink", "gpu_name": "NVIDIA H200"}
+SERVING = {"mem_fraction_static": 0.88, "context_length": 32768, "host": "127.0.0.1", "base_port": 30000}
+# Long prompts under an ITL bound: where a decode pool free of prefill chunks earns its GPUs.
+LONG = {"concurrency": [1, 4, 16, 64], "input_len": 4096, "output_len": 256, "slo": {"itl_p99_ms": 15}}
+SHORT = {"concurrency": [1, 4, 16, 64], "input_len": 64, "output_len": 16}
+
+
+def _plan(repo, search, model="qwen3-30b-a3b", bench=LONG, layouts=(), hosts=("h",), serving=SERVING):
+    return planner.plan_host(
+        {
+            "host": hosts[0],
+            "model": {"name": model, "path": str(repo / "models" / model)},
+            "layouts": list(layouts),
+            "hardware": H200,
+            "serving": serving,
+            "cluster": {"group": "g", "hosts": list(hosts)},
+            "bench": bench,
+            "search": search,
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def goodput_plan(repo):
+    return _plan(repo, {"objective": "goodput", "pd": True})
+
+
+def test_pd_candidates_are_generated_only_with_pd_and_named_by_their_roles(repo, goodput_plan):
+    plain = _plan(repo, {"objective": "goodput"})
+    assert not any(e["name"].startswith("auto-pd-") for e in plain["search"]["ranked"])
+    ranked = goodput_plan["search"]["ranked"]
+    pd = [e for e in ranked if e["name"].startswith("auto-pd-")]
+    assert pd
+    assert goodput_plan["search"]["candidates"] > plain["search"]["candidates"]
+    for e in pd:
+        assert layout_name_problem(e["name"]) is None
+        roles = e["layout"]["pd"]
+        pre, dec = roles["prefill"], roles["decode"]
+        # the name says the roles: p<tp>x1x<dp>...+d<tp>x1x<dp>..., -r<n> past one replica
+        p_text, d_text = e["name"].removeprefix("auto-pd-p").split("+d")
+        assert p_text.startswith(f"{pre['tp']}x1x{pre['dp']}") and d_text.startswith(
+            f"{dec['tp']}x1x{dec['dp']}"
+        )
+        assert (f"-r{pre['replicas']}" in p_text) == (pre["replicas"] > 1)
+        # GPUs of their own that fill the host (gpus: all), no more
+        assert e["gpus_used"] == 8
+        assert pre["tp"] * pre["replicas"] * (pre["dp"] if pre["enable_dp_attention"] else 1) <= 8
+        # Qwen3 is GQA: SGLang's KV transfer needs one tp on both sides, so no other pair is generated
+        assert pre["tp"] == dec["tp"]
+        # ranked by the pd model: its pools and the KV link
+        assert e["speed"]["pd"]["kv_transfer"]["link"]["name"] == "nvlink"
+
+
+def test_goodput_under_an_itl_bound_ranks_a_pd_layout_first_and_dominance_keeps_it(goodput_plan):
+    """Under an ITL bound with 4k-token prompts, a prefill chunk in every decode batch breaks the
+    bound at the aggregated layouts' high levels: a pd layout's goodput is higher, though its peak is
+    lower, so the objective's own value keeps it from being dominated on peak and single."""
+    sec = goodput_plan["search"]
+    first = sec["ranked"][0]
+    assert first["name"].startswith("auto-pd-")
+    best_agg = next(e for e in sec["ranked"] if not e["name"].startswith("auto-pd-"))
+    assert first["value"] > best_agg["value"]
+    assert first["speed"]["peak_tok_s"] <= best_agg["speed"]["peak_tok_s"] * 1.25
+    # the shortlist's pd candidate joins the plan's layouts with its units: servers, then the router
+    assert first["name"] in sec["shortlist"]
+    entry = planner.layout_plan(goodput_plan, first["name"])
+    assert entry["verdict"] == "fits" and entry["pd"]
+    roles = [u["role"] for u in entry["units"]]
+    assert roles[-1] == "router" and {"prefill", "decode"} <= set(roles)
+
+
+def test_at_peak_on_short_prompts_the_aggregated_layouts_win(repo):
+    sec = _plan(repo, {"objective": "peak", "pd": True}, bench=SHORT)["search"]
+    assert not sec["ranked"][0]["name"].startswith("auto-pd-")
+    assert sec["dropped"]["dominated"] > 0
+
+
+def test_mla_pairs_may_differ_in_tp(repo):
+    """Kimi K2.6's MLA latent is whole on every rank, so prefill and decode may differ in tp (a GQA
+    model's may not: the first test)."""
+    sec = _plan(
+        repo,
+        {"objective": "peak", "pd": True, "vary": {"ep": [1], "dp": [1]}},
+        model="kimi-k2.6-cut8",
+        bench=SHORT,
+    )["search"]
+    pd = [e["layout"]["pd"] for e in sec["ranked"] if e["name"].startswith("auto-pd-")]
+    assert any(p["prefill"]["tp"] != p["decode"]["tp"] for p in pd)
+
+
+def test_servers_that_bind_loopback_keep_a_pd_candidate_on_the_routers_host(repo):
+    """Two hosts, servers on 127.0.0.1: the router could not reach a server on the other host
+    (validate.check_pd_reach), so every pd candidate fits on one host's 8 GPUs."""
+    two_hosts = {"objective": "goodput", "pd": True, "gpus": [2, 16], "vary": {"ep": [1], "dp": [1]}}
+    sec = _plan(repo, two_hosts, hosts=("a", "b"))["search"]
+    pd = [e for e in sec["ranked"] if e["name"].startswith("auto-pd-")]
+    assert pd and max(e["gpus_used"] for e in pd) <= 8
+    assert max(e["gpus_used"] for e in sec["ranked"]) == 16  # the aggregated ones span both
+    # bound to every address (with an API key), the roles may take the other host
+    reach = {**SERVING, "host": "0.0.0.0", "api_key_set": True}
+    sec = _plan(repo, two_hosts, hosts=("a", "b"), serving=reach)
+    assert max(e["gpus_used"] for e in sec["search"]["ranked"] if e["name"].startswith("auto-pd-")) > 8
+
+
+def test_a_hand_written_pd_layout_stands_for_the_same_candidate(repo):
+    named = {"name": "my-pd", "pd": {"prefill": {"tp": 4}, "decode": {"tp": 4}}}
+    sec = _plan(repo, {"objective": "goodput", "pd": True}, layouts=[named])["search"]
+    assert "auto-pd-p4x1x1+d4x1x1" not in {e["name"] for e in sec["ranked"]}
+    assert "my-pd" in sec["named"] and sec["same_as_named"] >= 1
+
+
+@pytest.mark.parametrize(
+    "pd, needle",
+    [
+        ("yes", "sglang_layout_search.pd must be true, false or a mapping"),
+        ({"share_gpus": True}, "unknown key(s) share_gpus"),
+        ({"prefill": {"tp": 2}}, "unknown key(s) prefill"),
+        ({"transfer_backend": "carrier-pigeon"}, "'carrier-pigeon' is not one SGLang"),
+        ({"router": {"policy": "fastest"}}, "pd.router.policy must be one of"),
+    ],
+)
+def test_a_bad_pd_search_is_refused_before_anything_is_planned(repo, pd, needle):
+    with pytest.raises(PlanError) as e:
+        _plan(repo, {"objective": "peak", "pd": pd}, bench=SHORT)
+    assert needle in str(e.value)
+    assert "search-pd" not in str(e.value)
+
+
+def test_the_sweeps_search_step_measures_the_pd_candidate_first(goodput_plan):
+    """calibrate.step, the sweep's next-candidate rule, picks the shortlisted pd layout first (a layout
+    on one host: the host's own loop, not the loop over several hosts)."""
+    sec = goodput_plan["search"]
+    plans = {p["name"]: p for p in goodput_plan["layouts"]}
+    step = calibrate.step(sec, plans, [], goodput_plan["hardware"], LONG)
+    assert step["next"] == sec["ranked"][0]["name"] and step["next"].startswith("auto-pd-")
+    assert step["search"]["rank_predicted"] == 1
+    assert calibrate.step(sec, plans, [], goodput_plan["hardware"], LONG, spans=True)["next"] is None
