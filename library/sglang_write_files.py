@@ -15,6 +15,8 @@ description:
   - One module call for many files, so that planning a dozen layouts does not cost a dozen
     module round trips (plan.yml writes the plan JSON and every layout's unit preview with it).
   - Files under O(dest) that are not in O(files) are left alone unless O(prune_glob) matches them.
+  - On the controller (a local connection without become, as plan.yml delegates it to localhost), the
+    action plugin of the same name runs this in Ansible's worker, with no module process per host.
 options:
   dest:
     description: Directory the files are written to; created (with O(dir_mode)) if missing.
@@ -73,73 +75,18 @@ removed:
   returned: always
 """
 
-import fnmatch
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_layouts.fileio import write_atomic
-
-
-def _read(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
+from ansible.module_utils.sglang_layouts.write_files import ARGUMENT_SPEC, WriteFilesError, run
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "dest": {"type": "path", "required": True},
-            "files": {"type": "dict", "required": True},
-            "mode": {"type": "str", "default": "0644"},
-            "dir_mode": {"type": "str", "default": "0755"},
-            "prune_glob": {"type": "str"},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
-    dest = p["dest"]
-    mode, dir_mode = int(p["mode"], 8), int(p["dir_mode"], 8)
-    files = {}
-    for name, content in p["files"].items():
-        norm = os.path.normpath(name)
-        if os.path.isabs(norm) or norm.startswith(".."):
-            module.fail_json(msg=f"file name {name!r} must stay inside dest", file=name)
-        files[norm] = "" if content is None else str(content)
-    written, removed, diffs = [], [], []
-    if not os.path.isdir(dest) and not module.check_mode:
-        os.makedirs(dest, mode=dir_mode, exist_ok=True)
-    for name, content in sorted(files.items()):
-        path = os.path.join(dest, name)
-        old = _read(path)
-        if old == content:
-            continue
-        written.append(path)
-        diffs.append({"before_header": path, "after_header": path, "before": old or "", "after": content})
-        if not module.check_mode:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            write_atomic(path, content, mode=mode)
-    if p["prune_glob"] and os.path.isdir(dest):
-        for entry in sorted(os.listdir(dest)):
-            if fnmatch.fnmatch(entry, p["prune_glob"]) and entry not in files:
-                path = os.path.join(dest, entry)
-                removed.append(path)
-                diffs.append(
-                    {
-                        "before_header": path,
-                        "after_header": "(removed)",
-                        "before": _read(path) or "",
-                        "after": "",
-                    }
-                )
-                if not module.check_mode:
-                    os.unlink(path)
-    changed = bool(written or removed)
-    result = {"changed": changed, "written": written, "removed": removed}
-    if module._diff and changed:
-        result["diff"] = diffs
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    try:
+        result = run(module.params, check_mode=module.check_mode, diff=module._diff)
+    except WriteFilesError as exc:
+        module.fail_json(msg=str(exc))
+    except OSError as exc:
+        module.fail_json(msg=f"writing under {module.params['dest']}: {exc}")
     module.exit_json(**result)
 
 

@@ -1,0 +1,82 @@
+"""sglang_write_files' two faces: the action plugin writing in the controller's worker (plan.yml's
+plan and unit previews, delegated to localhost) and library/sglang_write_files.py (what the action
+runs over any other connection) do the same, with check mode, diff and pruning."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.ansible_module import ANSIBLE, run_module
+
+pytestmark = pytest.mark.skipif(
+    not ANSIBLE.exists(), reason="ansible-core is not installed beside this python"
+)
+
+
+def test_the_action_writes_in_the_controllers_worker_changes_only_what_differs_and_prunes(tmp_path):
+    dest = tmp_path / "plan" / "h"
+    (dest).mkdir(parents=True)
+    (dest / "old.service").write_text("stale\n")
+    (dest / "keep.txt").write_text("not ours\n")
+    files = {"a.service": "A\n", "sub/b.json": "{}\n"}
+    args = {"dest": str(dest), "files": files, "prune_glob": "*.service", "mode": "0600"}
+    checked = run_module(tmp_path, "sglang_write_files", args, extra=["--check", "--diff"])
+    # no module process: no invocation in the answer; check mode says what would change, writes nothing
+    assert "invocation" not in checked and checked["changed"], checked
+    assert sorted(Path(p).name for p in checked["written"]) == ["a.service", "b.json"]
+    assert [Path(p).name for p in checked["removed"]] == ["old.service"]
+    assert not (dest / "a.service").exists() and (dest / "old.service").exists()
+    assert {d["after_header"] for d in checked["diff"]} >= {"(removed)", str(dest / "a.service")}
+    done = run_module(tmp_path, "sglang_write_files", args)
+    assert done["changed"] and "diff" not in done
+    assert (dest / "a.service").read_text() == "A\n" and (dest / "sub" / "b.json").read_text() == "{}\n"
+    assert oct((dest / "a.service").stat().st_mode & 0o777) == "0o600"
+    assert not (dest / "old.service").exists() and (dest / "keep.txt").exists()
+    again = run_module(tmp_path, "sglang_write_files", args)
+    assert not again["changed"] and again["written"] == [] and again["removed"] == []
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        ({"files": {"../escape": "x"}}, "must stay inside dest"),
+        ({"files": {"/etc/passwd": "x"}}, "must stay inside dest"),
+        ({"files": {"a": "x"}, "mode": "rw-r--r--"}, "mode must be an octal mode"),
+        ({"files": "not a mapping"}, "files"),
+    ],
+)
+def test_bad_names_and_modes_are_refused_before_anything_is_written(tmp_path, args, needle):
+    out = run_module(tmp_path, "sglang_write_files", {"dest": str(tmp_path / "d"), **args})
+    assert out["failed"] and needle in out["msg"], out
+    assert not (tmp_path / "escape").exists()
+
+
+def test_the_module_face_writes_the_same(tmp_path, repo, monkeypatch, capsys):
+    """Over any other connection the action runs library/sglang_write_files.py: same spec, same function."""
+    import ansible.module_utils
+    from ansible.module_utils import basic
+
+    monkeypatch.setattr(
+        ansible.module_utils, "__path__", [*ansible.module_utils.__path__, str(repo / "module_utils")]
+    )
+    spec = importlib.util.spec_from_file_location(
+        "_sglang_write_files_module", repo / "library" / "sglang_write_files.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = {"dest": str(tmp_path / "m"), "files": {"x.json": "[1]\n"}, "_ansible_check_mode": False}
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode())
+    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
+    with pytest.raises(SystemExit):
+        module.main()
+    out = json.loads(capsys.readouterr().out)
+    assert out["changed"] and "invocation" in out
+    via_action = run_module(
+        tmp_path, "sglang_write_files", {"dest": str(tmp_path / "a"), "files": {"x.json": "[1]\n"}}
+    )
+    assert (tmp_path / "m" / "x.json").read_text() == (tmp_path / "a" / "x.json").read_text() == "[1]\n"
+    assert [Path(p).name for p in out["written"]] == [Path(p).name for p in via_action["written"]]
