@@ -112,7 +112,13 @@ def find_tokenizer(oracle_py):
 
 
 def oracle_env():
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    # PYTHONDONTWRITEBYTECODE out: the oracle venv (uv, no bytecode) then keeps what it compiled
+    # (tests/conformance/conftest.py's oracle_env says why)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")
+    }
     env.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore"})
     return env
 

@@ -81,7 +81,12 @@ def oracle_env(extra: dict | None = None) -> dict:
         "PYTHONWARNINGS": "ignore",
         "PYTHONUNBUFFERED": "1",
     }
-    return isolated_env(offline, extra)
+    env = isolated_env(offline, extra)
+    # The venv's installer (uv) compiles no bytecode: with PYTHONDONTWRITEBYTECODE set (as on CI's
+    # machines) every oracle process compiled torch, transformers and SGLang anew, ~13 CPU-s before
+    # its first line. Allowed to write it, the first process leaves it in the machine cache's venv.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
 
 
 def run_oracle(
