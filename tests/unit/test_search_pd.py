@@ -75,6 +75,12 @@ def test_goodput_under_an_itl_bound_ranks_a_pd_layout_first_and_dominance_keeps_
     assert entry["verdict"] == "fits" and entry["pd"]
     roles = [u["role"] for u in entry["units"]]
     assert roles[-1] == "router" and {"prefill", "decode"} <= set(roles)
+    # a role on part of the host is the design: no "uses 4 of the 8 GPUs" note, and each role's
+    # line keeps its own text after the layout's and the role's names
+    for name in sec["shortlist"]:
+        notes = planner.layout_plan(goodput_plan, name)["notes"]
+        assert not any("of the 8 GPUs" in n for n in notes), notes
+        assert all(n.startswith(f"{name}: ") for n in notes), notes
 
 
 def test_at_peak_on_short_prompts_the_aggregated_layouts_win(repo):

@@ -293,19 +293,19 @@ def plan_pd_layout(
         ]
     # the layout's own rules first: they decide invalid before either role's memory verdict
     rules_refuse = bool(reasons)
+
     # a role alone leaves GPUs idle that the other role uses: the layout's GPUs are counted above
-    reasons += [
-        f"{name}: {role}: {r.split(': ', 1)[-1]}"
-        for role in ROLES
-        for r in roles[role]["reasons"]
-        if "stay idle" not in r
-    ]
-    notes += [
-        f"{name}: {role}: {n.split(': ', 1)[-1]}"
-        for role in ROLES
-        for n in roles[role]["notes"]
-        if "stay idle" not in n
-    ]
+    def own(role: str, text: str) -> str:
+        """A role's line without the role layout's name (it is <name>-<role> there)."""
+        prefix = f"{name}-{role}: "
+        return f"{name}: {role}: {text[len(prefix) :] if text.startswith(prefix) else text}"
+
+    def idle(role: str, text: str) -> bool:
+        # a role uses part of the host by design: rules' "uses N of the M GPUs" note says nothing here
+        return text.startswith(f"{name}-{role} uses ")
+
+    reasons += [own(role, r) for role in ROLES for r in roles[role]["reasons"] if not idle(role, r)]
+    notes += [own(role, n) for role in ROLES for n in roles[role]["notes"] if not idle(role, n)]
 
     router_host_i = 0
     router_host = hosts[router_host_i]
