@@ -81,12 +81,13 @@ def oracle_env(extra: dict | None = None) -> dict:
         "PYTHONWARNINGS": "ignore",
         "PYTHONUNBUFFERED": "1",
     }
-    env = isolated_env(offline, extra)
     # The venv's installer (uv) compiles no bytecode: with PYTHONDONTWRITEBYTECODE set (as on CI's
     # machines) every oracle process compiled torch, transformers and SGLang anew, ~13 CPU-s before
-    # its first line. Allowed to write it, the first process leaves it in the machine cache's venv.
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    return env
+    # its first line. Allowed to write it, the first process leaves it in the machine cache's venv
+    # (a caller's `extra` may still set it).
+    base = isolated_env()
+    base.pop("PYTHONDONTWRITEBYTECODE", None)
+    return {**base, **offline, **(extra or {})}
 
 
 def run_oracle(

@@ -195,6 +195,21 @@ def test_the_dominated_never_include_a_hand_written_layout():
     assert search._dominated(entries, "peak") == {1}
 
 
+def test_the_objectives_own_value_keeps_a_candidate_from_being_dominated():
+    """Goodput under an SLO can rank first a candidate that is slower at single and peak (a pd
+    layout's decode free of prefill chunks): the objective's value is one of the figures."""
+    base = {"memory": {"kv_tokens_total": 10}, "gpus_used": 8}
+    entries = [
+        {**base, "name": "fast", "speed": {"single_tok_s": 10, "peak_tok_s": 100}, "value": 40.0},
+        {**base, "name": "steady", "speed": {"single_tok_s": 9, "peak_tok_s": 90}, "value": 80.0},
+        {**base, "name": "slow", "speed": {"single_tok_s": 9, "peak_tok_s": 90}, "value": 30.0},
+    ]
+    assert search._dominated(entries, "goodput") == {2}
+    # lower is better for cost: the cheaper one stays
+    cost = [dict(e, value=1 / e["value"]) for e in entries]
+    assert search._dominated(cost, "cost_per_mtok") == {2}
+
+
 # --- calibration --------------------------------------------------------------------------------
 
 

@@ -46,7 +46,7 @@ def test_the_action_writes_in_the_controllers_worker_changes_only_what_differs_a
         ({"files": {"../escape": "x"}}, "must stay inside dest"),
         ({"files": {"/etc/passwd": "x"}}, "must stay inside dest"),
         ({"files": {"a": "x"}, "mode": "rw-r--r--"}, "mode must be an octal mode"),
-        ({"files": "not a mapping"}, "files"),
+        ({"files": "not a mapping"}, "'files' is of type"),
     ],
 )
 def test_bad_names_and_modes_are_refused_before_anything_is_written(tmp_path, args, needle):
@@ -55,8 +55,8 @@ def test_bad_names_and_modes_are_refused_before_anything_is_written(tmp_path, ar
     assert not (tmp_path / "escape").exists()
 
 
-def test_the_module_face_writes_the_same(tmp_path, repo, monkeypatch, capsys):
-    """Over any other connection the action runs library/sglang_write_files.py: same spec, same function."""
+def _module_main(repo, monkeypatch, capsys, args: dict) -> dict:
+    """library/sglang_write_files.py's main() with args, as a module process runs it: its JSON answer."""
     import ansible.module_utils
     from ansible.module_utils import basic
 
@@ -68,12 +68,23 @@ def test_the_module_face_writes_the_same(tmp_path, repo, monkeypatch, capsys):
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    args = {"dest": str(tmp_path / "m"), "files": {"x.json": "[1]\n"}, "_ansible_check_mode": False}
+    args = {**args, "_ansible_check_mode": False}
     monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode())
     monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
     with pytest.raises(SystemExit):
         module.main()
-    out = json.loads(capsys.readouterr().out)
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_module_face_refuses_a_name_outside_dest(tmp_path, repo, monkeypatch, capsys):
+    out = _module_main(repo, monkeypatch, capsys, {"dest": str(tmp_path / "m"), "files": {"../x": "1"}})
+    assert out["failed"] and "must stay inside dest" in out["msg"]
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_module_face_writes_the_same(tmp_path, repo, monkeypatch, capsys):
+    """Over any other connection the action runs library/sglang_write_files.py: same spec, same function."""
+    out = _module_main(repo, monkeypatch, capsys, {"dest": str(tmp_path / "m"), "files": {"x.json": "[1]\n"}})
     assert out["changed"] and "invocation" in out
     via_action = run_module(
         tmp_path, "sglang_write_files", {"dest": str(tmp_path / "a"), "files": {"x.json": "[1]\n"}}

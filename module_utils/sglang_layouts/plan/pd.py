@@ -125,6 +125,20 @@ def _blocks(pd: dict, par_gpus: dict, hosts: list, gpu_count: int) -> tuple[dict
     return out, problems
 
 
+def role_lines(name: str, lines: dict[str, list[str]]) -> list[str]:
+    """Each role's reasons or notes as the pd layout's: "<name>: <role>: <the role's own text>" (the
+    role layout's name <name>-<role> taken off its front). A role uses part of the host by design,
+    so the rules' "<role layout> uses N of the M GPUs" note says nothing here and is left out."""
+    out = []
+    for role, texts in lines.items():
+        prefix = f"{name}-{role}: "
+        for text in texts:
+            if text.startswith(f"{name}-{role} uses "):
+                continue
+            out.append(f"{name}: {role}: {text[len(prefix) :] if text.startswith(prefix) else text}")
+    return out
+
+
 def plan_pd_layout(
     layout: dict,
     spec: ModelSpec,
@@ -295,17 +309,8 @@ def plan_pd_layout(
     rules_refuse = bool(reasons)
 
     # a role alone leaves GPUs idle that the other role uses: the layout's GPUs are counted above
-    def own(role: str, text: str) -> str:
-        """A role's line without the role layout's name (it is <name>-<role> there)."""
-        prefix = f"{name}-{role}: "
-        return f"{name}: {role}: {text[len(prefix) :] if text.startswith(prefix) else text}"
-
-    def idle(role: str, text: str) -> bool:
-        # a role uses part of the host by design: rules' "uses N of the M GPUs" note says nothing here
-        return text.startswith(f"{name}-{role} uses ")
-
-    reasons += [own(role, r) for role in ROLES for r in roles[role]["reasons"] if not idle(role, r)]
-    notes += [own(role, n) for role in ROLES for n in roles[role]["notes"] if not idle(role, n)]
+    reasons += role_lines(name, {role: roles[role]["reasons"] for role in ROLES})
+    notes += role_lines(name, {role: roles[role]["notes"] for role in ROLES})
 
     router_host_i = 0
     router_host = hosts[router_host_i]

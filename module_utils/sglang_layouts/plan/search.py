@@ -100,14 +100,27 @@ def value_text(value) -> str:
     return _VALUE_CHARS.sub("_", str(value)) or "_"
 
 
+def shape_text(lay: dict) -> str:
+    """<tp>x<pp>x<dp>[-ep<N>][-dpa]: a shape as candidate names write it (pd roles too, search_pd)."""
+    text = f"{lay.get('tp', 1)}x{lay.get('pp', 1)}x{lay.get('dp', 1)}"
+    if lay.get("ep", 1) > 1:
+        text += f"-ep{lay['ep']}"
+    if lay.get("enable_dp_attention"):
+        text += "-dpa"
+    return text
+
+
+def gpus_pass(used: int, gpu_count: int, gpus_range) -> bool:
+    """The search's gpus: rule: within [min, max], or whole hosts (gpus_range None)."""
+    if gpus_range is None:
+        return used % gpu_count == 0
+    return gpus_range[0] <= used <= gpus_range[1]
+
+
 def layout_name(lay: dict, knobs: dict) -> str:
     """auto-<tp>x<pp>x<dp>[-ep<N>][-dpa][-n<nnodes>][-r<replicas>][-<knob>=<v>...] (at most 128
     characters: a longer one keeps its shape and ends in a digest of its knobs)."""
-    name = f"auto-{lay.get('tp', 1)}x{lay.get('pp', 1)}x{lay.get('dp', 1)}"
-    if lay.get("ep", 1) > 1:
-        name += f"-ep{lay['ep']}"
-    if lay.get("enable_dp_attention"):
-        name += "-dpa"
+    name = f"auto-{shape_text(lay)}"
     if lay.get("nnodes", 1) > 1:
         name += f"-n{lay['nnodes']}"
     if lay.get("replicas", 1) > 1:
@@ -193,6 +206,8 @@ def normalize_search(search, hardware: dict, cluster: dict, sglang_version: str 
         ),
         "nnodes": nnodes,
         "replicas": _values(f"{where}.vary.replicas", vary["replicas"]) if "replicas" in vary else [1],
+        # a pd candidate's replicas per role: vary's where it names them, else every count that fits
+        "pd_replicas": _values(f"{where}.vary.replicas", vary["replicas"]) if "replicas" in vary else None,
         "moe_dense_tp_size": (
             _values(f"{where}.vary.moe_dense_tp_size", vary["moe_dense_tp_size"])
             if "moe_dense_tp_size" in vary
@@ -241,7 +256,7 @@ def normalize_search(search, hardware: dict, cluster: dict, sglang_version: str 
     }
 
 
-def candidates(norm: dict, role_ok=None, pair_problems=None) -> list[dict]:
+def candidates(norm: dict, role_ok=lambda shape, knobs: True, pair_problems=lambda pd: []) -> list[dict]:
     """Every layout of the search space, in a fixed order (shape first, then knobs); then, with pd:,
     for each knob set the pd layouts of role shapes role_ok(shape, knobs) allows and pairs without
     pair_problems(pd) (run() gives both from the planner)."""
@@ -490,11 +505,7 @@ def run(
                 shapes[shape] = (normalized, parallel_shape(normalized))
             normalized, par = shapes[shape]
             used = par["gpus_per_engine"] * par["replicas"]
-            if norm["gpus"] is None:
-                off = used % gpu_count != 0
-            else:
-                off = not norm["gpus"][0] <= used <= norm["gpus"][1]
-            if off:
+            if not gpus_pass(used, gpu_count, norm["gpus"]):
                 dropped["gpus"] += 1
                 last["gpus"] = (
                     f"{lay['name']}: uses {used} GPUs, outside gpus {norm['gpus'] or 'all (whole hosts)'}"

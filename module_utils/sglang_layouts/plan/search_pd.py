@@ -76,33 +76,30 @@ def role_shapes(space: dict, gpu_count: int, role_ok) -> list[tuple[dict, int]]:
 
 
 def role_text(shape: dict, replicas: int) -> str:
-    text = f"{shape['tp']}x1x{shape['dp']}"
-    if shape["ep"] > 1:
-        text += f"-ep{shape['ep']}"
-    if shape["enable_dp_attention"]:
-        text += "-dpa"
-    return text + (f"-r{replicas}" if replicas > 1 else "")
+    from .search import shape_text
+
+    return shape_text({**shape, "pp": 1}) + (f"-r{replicas}" if replicas > 1 else "")
 
 
 def pd_candidates(
     space: dict, pd_keys: dict, gpu_count: int, hosts: int, gpus_range, role_ok, pair_problems
 ) -> list[dict]:
     """The pd layouts of the search space without knobs: prefill and decode shapes that role_ok
-    allows, pairs without pair_problems(pd) (reasons for the two together), and replicas whose GPUs
-    pass gpus_range ([min, max]), or fill whole hosts (None), with at most `hosts` hosts' GPUs."""
+    allows, pairs without pair_problems(pd) (reasons for the two together), and replicas (vary's
+    replicas where it names them, else 1..n) whose GPUs pass the search's gpus: rule, with at most
+    `hosts` hosts' GPUs."""
+    from .search import gpus_pass
+
     shapes = role_shapes(space, gpu_count, role_ok)
     total = gpu_count * hosts
     out = []
     for (pre, p_gpus), (dec, d_gpus) in itertools.product(shapes, shapes):
         if pair_problems({"prefill": pre, "decode": dec}):
             continue
-        for p_rep in range(1, total // p_gpus + 1):
-            for d_rep in range(1, (total - p_rep * p_gpus) // d_gpus + 1):
+        for p_rep in space.get("pd_replicas") or range(1, total // p_gpus + 1):
+            for d_rep in space.get("pd_replicas") or range(1, total // d_gpus + 1):
                 used = p_rep * p_gpus + d_rep * d_gpus
-                if gpus_range is None:
-                    if used % gpu_count:
-                        continue
-                elif not gpus_range[0] <= used <= gpus_range[1]:
+                if used > total or not gpus_pass(used, gpu_count, gpus_range):
                     continue
                 out.append(
                     {
@@ -123,9 +120,13 @@ def pd_shape_key(lay: dict) -> dict:
     pd = n["pd"]
     return {
         "transfer_backend": pd["transfer_backend"],
+        "share_gpus": pd["share_gpus"],
         **{
             role: {
-                **{k: pd[role][k] for k in ("tp", "pp", "ep", "dp", "nnodes", "replicas")},
+                **{
+                    k: pd[role][k]
+                    for k in ("tp", "pp", "ep", "dp", "nnodes", "replicas", "mem_fraction_static", "gpus")
+                },
                 "enable_dp_attention": bool(pd[role]["enable_dp_attention"] and pd[role]["dp"] > 1),
                 "args": {str(k): str(v) for k, v in sorted(pd[role]["args"].items())},
             }
