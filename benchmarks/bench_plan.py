@@ -81,6 +81,26 @@ def part_a() -> None:
         f"{planned} of whole hosts with shapes the planner allows planned in full, {s['predictions']} distinct "
         f"speed predictions, {len(s['ranked'])} ranked; dropped {s['dropped']}: {wall:.2f} s (target < 10 s)"
     )
+    # the same with prefill/decode candidates, on a model whose roles fit one host of the two
+    # (Qwen3-30B-A3B on 8 H200), its servers bound beyond loopback so roles may take both hosts
+    inputs = search_inputs()
+    inputs["model"] = {"name": "qwen3-30b-a3b", "path": str(REPO / "models" / "qwen3-30b-a3b")}
+    inputs["hardware"] = {
+        "gpu_count": 8,
+        "gpu_memory_gib": 139.8,
+        "gpu_interconnect": "nvlink",
+        "gpu_name": "NVIDIA H200",
+    }
+    inputs["serving"] = {**inputs["serving"], "host": "0.0.0.0", "api_key_set": True}
+    inputs["search"] = {"objective": "peak", "pd": True}
+    t0 = time.perf_counter()
+    s = planner.plan_host(inputs)["search"]
+    wall = time.perf_counter() - t0
+    pd = sum(e["name"].startswith("auto-pd-") for e in s["ranked"])
+    print(
+        f"(a2) search with pd: true, Qwen3-30B-A3B, 8 H200 x 2 nodes, no knobs: {s['candidates']} candidates, "
+        f"{len(s['ranked'])} ranked ({pd} pd); dropped {s['dropped']}: {wall:.2f} s (target < 10 s)"
+    )
 
 
 def _playbook(layouts: list[dict], out: str, profile: bool = False) -> tuple[float, int]:
