@@ -784,6 +784,10 @@ def predict_pd(pd_plan: dict, hardware: dict, bench: dict | None) -> tuple[dict 
                 if shared
                 else []
             ),
+            # what real SGLang has checked of this model (make bench-predict, group other-gpu)
+            "pd: checked on real SGLang only on one H100 (Qwen1.5-MoE, mooncake_tcp, prefill and decode on "
+            "one shared GPU; c16 within 2-6 % on three leases): RDMA and NVLink links, pools on GPUs of "
+            "their own and several replicas are unchecked",
             *md.assumptions(),
         ],
     }, None

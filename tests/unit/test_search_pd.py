@@ -63,8 +63,9 @@ def test_pd_candidates_are_generated_only_with_pd_and_named_by_their_roles(repo,
         assert e["gpus_used"] == gpus["prefill"] + gpus["decode"] == 8
         # Qwen3 is GQA: SGLang's KV transfer needs one tp on both sides, so no other pair is generated
         assert pre["tp"] == dec["tp"]
-        # ranked by the pd model: its pools and the KV link
+        # ranked by the pd model: its pools and the KV link, saying how little of it real SGLang checked
         assert e["speed"]["pd"]["kv_transfer"]["link"]["name"] == "nvlink"
+        assert any("NVLink links" in a and "unchecked" in a for a in e["speed"]["assumptions"])
 
 
 def test_goodput_under_an_itl_bound_ranks_a_pd_layout_first(goodput_plan):
