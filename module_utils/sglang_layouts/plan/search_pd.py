@@ -2,8 +2,9 @@
 
 With `sglang_layout_search.pd` set, the search also enumerates prefill/decode disaggregated layouts
 (plan/pd.py): every pair of role shapes from the search's own `vary` space (tp, dp, ep,
-enable_dp_attention; pp 1 and one host per replica, as plan/pd.py plans roles), each with 1..n
-replicas, whose GPUs together pass the search's `gpus` rule. The planner plans and refuses them as it
+enable_dp_attention; pp 1 and one host per replica, as plan/pd.py plans roles) that fit as layouts
+of their own, each with vary's replicas (else every count that fits), whose GPUs together pass the
+search's `gpus` rule. The planner plans and refuses them as it
 does a hand-written pd layout; `speed.predict_pd` ranks them beside the aggregated candidates.
 
 Names (tests outside the repo use them): sglang_layout_search.pd: true | {transfer_backend, ib_device,
@@ -22,7 +23,6 @@ from .validate import check_pd_transfer_backend
 # What a search's pd: may set: the pd keys every candidate shares. The roles are what the search varies;
 # share_gpus is for a one-GPU test layout, not a layout to find.
 PD_SEARCH_KEYS = {k: PD_KEYS[k] for k in ("transfer_backend", "ib_device", "router")}
-ROLE_VARY = ("tp", "dp", "ep", "enable_dp_attention")
 
 
 def normalize_pd_search(value, flag_table: dict) -> dict | None:
