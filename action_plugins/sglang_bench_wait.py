@@ -10,7 +10,6 @@ per level and another to show it (some 70 ms each of Ansible's own on a GPU host
 
 from __future__ import annotations
 
-import importlib
 import sys
 import time
 from pathlib import Path
@@ -18,20 +17,18 @@ from pathlib import Path
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-# module_utils/ beside this plugin's folder (action_plugins/ in the repo, plugins/action/ in the
-# collection sglang.layouts), as the filters find it.
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
+# plugin_utils/ beside this plugin's folder (action_plugins/ in the repo, plugins/action/ in the
+# collection sglang.layouts): what the collection's action plugins share
+_PLUGIN_UTILS = str(Path(__file__).resolve().parents[1] / "plugin_utils")
+if _PLUGIN_UTILS not in sys.path:
+    sys.path.insert(0, _PLUGIN_UTILS)
+
+from sglang_in_process import library  # noqa: E402
+
 # One command waits at most this long, so that a connection's idle limits never see a silent command.
 _SLICE_S = 60.0
 
 display = Display()
-
-
-def _library(module):
-    """A module of module_utils/sglang_layouts ("bench.progress"), as the filters import it."""
-    if _MODULE_UTILS not in sys.path:
-        sys.path.insert(0, _MODULE_UTILS)
-    return importlib.import_module(f"sglang_layouts.{module}")
 
 
 class ActionModule(ActionBase):
@@ -39,7 +36,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        progress = _library("bench.progress")
+        progress = library("bench.progress")
         _, args = self.validate_argument_spec(argument_spec=progress.ARGUMENT_SPEC)
         if self._play_context.check_mode:
             # nothing runs in check mode, so no line will come

@@ -39,6 +39,7 @@ PLUGIN_DIRS = {
     "module_utils": "plugins/module_utils",
     "filter_plugins": "plugins/filter",
     "action_plugins": "plugins/action",
+    "plugin_utils": "plugins/plugin_utils",
     "callback_plugins": "plugins/callback",
     "cache_plugins": "plugins/cache",
 }

@@ -165,7 +165,7 @@ latest:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_layouts.report import result_store, results
+from ansible.module_utils.sglang_layouts.report import result_store
 
 
 def main():
@@ -174,10 +174,8 @@ def main():
         required_if=result_store.REQUIRED_IF,
         supports_check_mode=True,
     )
-    try:
-        module.exit_json(**result_store.run(module.params, module.check_mode))
-    except (results.ResultError, OSError) as exc:
-        module.fail_json(msg=f"result store: {exc}")
+    result = result_store.task(module.params, module.check_mode)
+    (module.fail_json if result.get("failed") else module.exit_json)(**result)
 
 
 if __name__ == "__main__":

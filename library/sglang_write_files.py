@@ -76,18 +76,13 @@ removed:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_layouts.write_files import ARGUMENT_SPEC, WriteFilesError, run
+from ansible.module_utils.sglang_layouts.write_files import ARGUMENT_SPEC, task
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    try:
-        result = run(module.params, check_mode=module.check_mode, diff=module._diff)
-    except WriteFilesError as exc:
-        module.fail_json(msg=str(exc))
-    except OSError as exc:
-        module.fail_json(msg=f"writing under {module.params['dest']}: {exc}")
-    module.exit_json(**result)
+    result = task(module.params, check_mode=module.check_mode, diff=module._diff)
+    (module.fail_json if result.get("failed") else module.exit_json)(**result)
 
 
 if __name__ == "__main__":

@@ -85,3 +85,14 @@ def run(params: dict, check_mode: bool = False, diff: bool = False) -> dict:
     if diff and changed:
         result["diff"] = diffs
     return result
+
+
+def task(params: dict, check_mode: bool = False, diff: bool = False) -> dict:
+    """The task's answer for validated `params`, as both faces give it: run()'s, or its error as
+    {failed, msg}."""
+    try:
+        return run(params, check_mode=check_mode, diff=diff)
+    except WriteFilesError as exc:
+        return {"failed": True, "msg": str(exc)}
+    except OSError as exc:
+        return {"failed": True, "msg": f"writing under {params['dest']}: {exc}"}

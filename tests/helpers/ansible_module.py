@@ -44,3 +44,26 @@ def run_module(
     result = doc["plays"][0]["tasks"][0]["hosts"]["localhost"]
     assert not check_rc or proc.returncode == 0, (proc.returncode, result)
     return (result, proc.stderr) if with_stderr else result
+
+
+def module_main(monkeypatch, capsys, module: str, args: dict) -> dict:
+    """library/<module>.py's main() in this process, as a module process runs it (its arguments as
+    Ansible hands them, ansible.module_utils.sglang_layouts importable): its JSON answer."""
+    import importlib.util
+
+    import ansible.module_utils
+    import pytest
+    from ansible.module_utils import basic
+
+    monkeypatch.setattr(
+        ansible.module_utils, "__path__", [*ansible.module_utils.__path__, str(REPO / "module_utils")]
+    )
+    spec = importlib.util.spec_from_file_location(f"_{module}_module", REPO / "library" / f"{module}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": False}}
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps(payload).encode())
+    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
+    with pytest.raises(SystemExit):
+        mod.main()
+    return json.loads(capsys.readouterr().out)

@@ -4,13 +4,12 @@ connection) store the same record."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.ansible_module import ANSIBLE, run_module
+from tests.helpers.ansible_module import ANSIBLE, module_main, run_module
 
 pytestmark = pytest.mark.skipif(
     not ANSIBLE.exists(), reason="ansible-core is not installed beside this python"
@@ -37,17 +36,6 @@ def test_the_result_action_stores_in_the_controllers_worker_like_the_module(tmp_
 
 def test_the_module_face_stores_the_same_record(tmp_path, repo, monkeypatch, capsys):
     """Over any other connection the action runs library/sglang_result.py: same spec, same function."""
-    import ansible.module_utils
-    from ansible.module_utils import basic
-
-    monkeypatch.setattr(
-        ansible.module_utils, "__path__", [*ansible.module_utils.__path__, str(repo / "module_utils")]
-    )
-    spec = importlib.util.spec_from_file_location(
-        "_sglang_result_module", repo / "library" / "sglang_result.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     args = {
         "results_dir": str(tmp_path / "results"),
         "run_id": "r1",
@@ -55,19 +43,14 @@ def test_the_module_face_stores_the_same_record(tmp_path, repo, monkeypatch, cap
         "layout": "tp1",
         "status": "skipped",
         "failure_class": "oom",
-        "_ansible_check_mode": False,
     }
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode())
-    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
-    with pytest.raises(SystemExit):
-        module.main()
-    out = json.loads(capsys.readouterr().out)
+    out = module_main(monkeypatch, capsys, "sglang_result", args)
     assert out["attempt"] == 1 and "invocation" in out
     record = json.loads(Path(out["path"]).read_text())
     via_action = run_module(
         tmp_path,
         "sglang_result",
-        {**{k: v for k, v in args.items() if not k.startswith("_")}, "results_dir": str(tmp_path / "other")},
+        {**args, "results_dir": str(tmp_path / "other")},
     )
     other = json.loads(Path(via_action["path"]).read_text())
     assert {k: v for k, v in record.items() if k != "created_at"} == {

@@ -4,13 +4,11 @@ runs over any other connection) do the same, with check mode, diff and pruning."
 
 from __future__ import annotations
 
-import importlib.util
-import json
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.ansible_module import ANSIBLE, run_module
+from tests.helpers.ansible_module import ANSIBLE, module_main, run_module
 
 pytestmark = pytest.mark.skipif(
     not ANSIBLE.exists(), reason="ansible-core is not installed beside this python"
@@ -55,36 +53,19 @@ def test_bad_names_and_modes_are_refused_before_anything_is_written(tmp_path, ar
     assert not (tmp_path / "escape").exists()
 
 
-def _module_main(repo, monkeypatch, capsys, args: dict) -> dict:
-    """library/sglang_write_files.py's main() with args, as a module process runs it: its JSON answer."""
-    import ansible.module_utils
-    from ansible.module_utils import basic
-
-    monkeypatch.setattr(
-        ansible.module_utils, "__path__", [*ansible.module_utils.__path__, str(repo / "module_utils")]
-    )
-    spec = importlib.util.spec_from_file_location(
-        "_sglang_write_files_module", repo / "library" / "sglang_write_files.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    args = {**args, "_ansible_check_mode": False}
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode())
-    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
-    with pytest.raises(SystemExit):
-        module.main()
-    return json.loads(capsys.readouterr().out)
-
-
 def test_the_module_face_refuses_a_name_outside_dest(tmp_path, repo, monkeypatch, capsys):
-    out = _module_main(repo, monkeypatch, capsys, {"dest": str(tmp_path / "m"), "files": {"../x": "1"}})
+    out = module_main(
+        monkeypatch, capsys, "sglang_write_files", {"dest": str(tmp_path / "m"), "files": {"../x": "1"}}
+    )
     assert out["failed"] and "must stay inside dest" in out["msg"]
     assert not (tmp_path / "x").exists()
 
 
 def test_the_module_face_writes_the_same(tmp_path, repo, monkeypatch, capsys):
     """Over any other connection the action runs library/sglang_write_files.py: same spec, same function."""
-    out = _module_main(repo, monkeypatch, capsys, {"dest": str(tmp_path / "m"), "files": {"x.json": "[1]\n"}})
+    out = module_main(
+        monkeypatch, capsys, "sglang_write_files", {"dest": str(tmp_path / "m"), "files": {"x.json": "[1]\n"}}
+    )
     assert out["changed"] and "invocation" in out
     via_action = run_module(
         tmp_path, "sglang_write_files", {"dest": str(tmp_path / "a"), "files": {"x.json": "[1]\n"}}

@@ -93,3 +93,12 @@ def run(params, check_mode=False):
     path, attempt = results.write_record(rd, record)
     short["attempt"] = attempt
     return {"changed": True, "path": path, "attempt": attempt, "record": short}
+
+
+def task(params, check_mode=False, diff=False):
+    """The task's answer for validated `params`, as both faces give it: run()'s, or its error as
+    {failed, msg} (diff: the task asked for one; a record has none to show)."""
+    try:
+        return run(params, check_mode)
+    except (results.ResultError, OSError) as exc:
+        return {"failed": True, "msg": f"result store: {exc}"}
