@@ -75,6 +75,8 @@ fi
 JOBS=${MOLECULE_JOBS:-${#scenarios[@]}}
 [[ $JOBS =~ ^[1-9][0-9]*$ ]] || die "MOLECULE_JOBS=$JOBS is not a positive number"
 LOGS=$(mktemp -d /tmp/sglang-layouts-molecule.XXXXXX)
+# one AnsiballZ cache for every playbook of this run (tests/plugins/callback/ansiballz_shared_cache.py)
+export SGLANG_LAYOUTS_ANSIBALLZ_CACHE=$LOGS/ansiballz
 declare -A pid_of=() started=()
 rc=0
 pass=0

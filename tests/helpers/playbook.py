@@ -74,7 +74,10 @@ def ansible_env() -> dict:
         "ANSIBLE_ACTION_PLUGINS": str(REPO / "action_plugins"),
         # ansible-runner sets this variable (its own stdout callback), which hides ansible.cfg's
         # callback_plugins: named here, the preload callback loads under the runner too
-        "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "callback_plugins"),
+        # tests/plugins/callback: ansiballz_shared_cache, one module payload build per test session
+        "ANSIBLE_CALLBACK_PLUGINS": os.pathsep.join(
+            [str(REPO / "callback_plugins"), str(REPO / "tests" / "plugins" / "callback")]
+        ),
         "ANSIBLE_CACHE_PLUGINS": str(REPO / "cache_plugins"),
         "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".venv" / "collections"),
         "ANSIBLE_FORCE_COLOR": "0",
