@@ -179,3 +179,46 @@ def test_the_sweeps_search_step_measures_the_pd_candidate_first(goodput_plan):
     assert step["next"] == sec["ranked"][0]["name"] and step["next"].startswith("auto-pd-")
     assert step["search"]["rank_predicted"] == 1
     assert calibrate.step(sec, plans, [], goodput_plan["hardware"], LONG, spans=True)["next"] is None
+
+
+def test_the_shortlist_measures_one_of_each_exact_tie_before_the_next(goodput_plan):
+    """Prefill roles that differ only in their ep are priced the same: the budget goes to distinct
+    predictions first, and the table names what each tie stands beside."""
+    from sglang_layouts.plan import search, table
+
+    sec = goodput_plan["search"]
+    by_name = {e["name"]: e for e in sec["ranked"]}
+    shortlisted = [by_name[n] for n in sec["shortlist"]]
+    figures = [search._figures(e, "goodput") for e in shortlisted]
+    assert len(set(figures)) == len(figures) == sec["budget"]
+    ties = [e for e in sec["ranked"] if e.get("tie_of")]
+    assert ties, "the Qwen3 pd space has prefill-ep variants priced alike"
+    for e in ties:
+        leader = by_name[e["tie_of"]]
+        assert leader["rank"] < e["rank"] and "tie_of" not in leader
+        assert search._figures(leader, "goodput") == search._figures(e, "goodput")
+        assert e["name"] not in sec["shortlist"]
+    # the shortlist is still the best distinct ones in rank order
+    distinct = [e for e in sec["ranked"] if not e.get("tie_of") and not e.get("named")]
+    assert sec["shortlist"] == [e["name"] for e in distinct[: sec["budget"]]]
+    tie_row = next(r for r in table.search_table(sec) if ties[0]["name"] in r)
+    assert f"tie of {ties[0]['tie_of']}" in tie_row
+
+
+def test_ties_fill_the_shortlist_only_when_no_distinct_candidate_is_left():
+    from sglang_layouts.plan import search
+
+    def entry(name, single, named=False):
+        return {
+            "name": name,
+            "speed": {"single_tok_s": single, "peak_tok_s": 9.0},
+            "memory": {},
+            "gpus_used": 8,
+            "value": 9.0,
+            "named": named,
+        }
+
+    ranked = [entry("hand", 9.0, named=True), entry("a", 2.0), entry("a-ep2", 2.0), entry("b", 1.0)]
+    assert [e["name"] for e in search.pick_shortlist(ranked, 2, "peak")] == ["a", "b"]
+    assert [e["name"] for e in search.pick_shortlist(ranked, 5, "peak")] == ["a", "b", "a-ep2"]
+    assert ranked[2]["tie_of"] == "a"

@@ -555,7 +555,7 @@ def run(
         entries.pop(i)
         dropped["dominated"] += 1
     rank_entries(entries, objective)
-    shortlist = [e for e in entries if not e.get("named")][: max(norm["top_k"], norm["budget"])]
+    shortlist = pick_shortlist(entries, max(norm["top_k"], norm["budget"]), objective)
     section = {
         "objective": objective,
         "objective_text": OBJECTIVES[objective],
@@ -575,6 +575,27 @@ def run(
         "predictions": len(predictor.cache),
     }
     return section, [dict(e["layout"], name=e["name"]) for e in shortlist]
+
+
+def pick_shortlist(entries: list[dict], size: int, objective: str) -> list[dict]:
+    """The first `size` ranked candidates (named layouts are measured anyway), one of each exact tie
+    first: candidates with the same figures (say, prefill roles that differ only in their ep, which
+    the model does not price) would teach a measurement one thing several times. A tie's later
+    members get `tie_of`, the candidate they tie with, and fill the shortlist only when no distinct
+    candidate is left."""
+    first: dict[tuple, str] = {}
+    distinct, ties = [], []
+    for e in entries:
+        if e.get("named"):
+            continue
+        figures = _figures(e, objective)
+        if figures in first:
+            e["tie_of"] = first[figures]
+            ties.append(e)
+        else:
+            first[figures] = e["name"]
+            distinct.append(e)
+    return (distinct + ties)[:size]
 
 
 def _entry(lay: dict, plan: dict, speed: dict | None, objective: str, bench: dict | None) -> dict:

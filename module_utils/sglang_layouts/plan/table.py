@@ -188,7 +188,11 @@ def search_table(section: dict, rows: int = SEARCH_ROWS) -> list[str]:
             _fmt((e.get("speed") or {}).get("single_tok_s")),
             _peak(e.get("speed")),
             _fmt(e.get("value")),
-            "hand-written" if e.get("named") else ("measure" if e["name"] in shortlist else ""),
+            "hand-written"
+            if e.get("named")
+            else (
+                "measure" if e["name"] in shortlist else (f"tie of {e['tie_of']}" if e.get("tie_of") else "")
+            ),
         )
         for e in shown
     ]
