@@ -664,6 +664,30 @@ def _role_model(pd_plan: dict, role: str, hardware: dict):
     return model_for(role_plan, hw)
 
 
+# What predict_pd reads of each role of a pd plan (beside its units' argv and start wave).
+PD_ROLE_KEYS = ("cost", "kv_tokens", "gpu_memory_gib", "replicas", "kv_bytes_per_token")
+
+
+def pd_inputs(pd_plan: dict) -> dict:
+    """The part of a pd plan's `pd` block that predict_pd reads: the planner keeps it in the layout's
+    `speed` (which every record keeps), so that calibration predicts a measured pd layout again (the
+    whole block holds every unit's environment and files, which a record does not need)."""
+    pd = pd_plan["pd"]
+
+    def role(r: dict) -> dict:
+        units = [
+            {"argv": u.get("argv") or [], "start_wave": u.get("start_wave")} for u in r.get("units") or []
+        ]
+        return {**{k: r.get(k) for k in PD_ROLE_KEYS}, "units": units}
+
+    return {
+        "transfer_backend": pd.get("transfer_backend"),
+        "hosts": pd.get("hosts"),
+        "prefill": role(pd["prefill"]),
+        "decode": role(pd["decode"]),
+    }
+
+
 def _shared_gpus(pd_plan: dict) -> bool:
     """Whether a decode server shares its GPUs with a prefill server: the planner starts such a one
     in a second wave (pd.plan_pd_layout's start_wave)."""

@@ -222,3 +222,35 @@ def test_ties_fill_the_shortlist_only_when_no_distinct_candidate_is_left():
     assert [e["name"] for e in search.pick_shortlist(ranked, 2, "peak")] == ["a", "b"]
     assert [e["name"] for e in search.pick_shortlist(ranked, 5, "peak")] == ["a", "b", "a-ep2"]
     assert ranked[2]["tie_of"] == "a"
+
+
+def test_a_measured_pd_layout_is_predicted_again_and_refits_the_model(goodput_plan):
+    """A pd record keeps its roles as predict_pd reads them (the plan's speed.pd_inputs): calibration
+    predicts it again at its own levels, and a pool slower than predicted moves the fit."""
+    from sglang_layouts.report import results
+    from sglang_layouts.report.speed_check import predict_again
+
+    lay = next(p for p in goodput_plan["layouts"] if p.get("pd"))
+    sp = lay["speed"]
+    assert set(sp["pd_inputs"]) == {"transfer_backend", "hosts", "prefill", "decode"}
+    levels = [
+        {"concurrency": int(c), "output_tok_s": v["output_tok_s"] * 0.8}
+        for c, v in sp["by_concurrency"].items()
+    ]
+    bench = {
+        "summary": {
+            "single_request_tok_s": sp["single_tok_s"] * 0.8,
+            "peak_output_tok_s": max(v["output_tok_s"] for v in levels),
+        },
+        "levels": levels,
+    }
+    rec = results.build_record("r1", "h", lay["name"], "ok", plan=lay, bench=bench)
+    again = predict_again(
+        rec, {"concurrency": [1, 16], "input_len": LONG["input_len"], "output_len": LONG["output_len"]}
+    )
+    assert again["single_tok_s"] == sp["single_tok_s"]
+    assert again["by_concurrency"]["16"] == sp["by_concurrency"]["16"]
+    fit = calibrate.refit([rec])
+    assert fit["layouts"] == [lay["name"]] and fit["points"] == len(levels) + 1
+    assert fit["error_before"] == pytest.approx(0.25, abs=0.01)
+    assert fit["error_after"] < fit["error_before"]

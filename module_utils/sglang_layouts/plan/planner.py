@@ -33,8 +33,8 @@ from ..estimate.model import GIB, SUPPORTED_ARCHITECTURES, ModelSpec, PlanError,
 from ..secrets import MASK, is_secret, mask_env
 from ..secrets import patterns as secret_patterns
 from ..serve.render import render_argv, render_env, slug, unit_name
+from ..speed import pd_inputs, predict_pd
 from ..speed import predict as predict_speed
-from ..speed import predict_pd
 from . import validate
 from .inputs import (
     LAYOUT_KEYS,
@@ -570,6 +570,9 @@ def _add_speed(plans: list[dict], hardware: dict, bench: dict | None) -> str | N
             if p["speed"]:
                 # what a record needs to predict this layout again at another workload (report/speed_check.py)
                 p["speed"]["hardware"] = {k: hardware.get(k) for k in SPEED_HARDWARE_KEYS}
+                if p.get("pd"):
+                    # a pd layout's roles as predict_pd reads them: the record keeps no role plans
+                    p["speed"]["pd_inputs"] = pd_inputs(p)
     return why_not
 
 

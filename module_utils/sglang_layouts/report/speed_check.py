@@ -121,10 +121,17 @@ def check(rec: dict) -> dict:
 
 def predict_again(rec: dict, workload: dict) -> dict | None:
     """The record's layout predicted at another workload (its plan's cost, argv and host figures)."""
-    from ..speed import predict
+    from ..speed import predict, predict_pd
 
     pred = rec.get("prediction") or {}
     hardware = (pred.get("speed") or {}).get("hardware")
+    roles = (pred.get("speed") or {}).get("pd_inputs")
+    if hardware and roles:
+        # a pd layout: each role's cost and KV as its plan kept them (speed.pd_inputs)
+        out, _why = predict_pd(
+            {"pd": roles, "dummy_weights": bool(rec.get("dummy_weights"))}, hardware, workload
+        )
+        return out
     if not hardware or not pred.get("cost"):
         return None
     layout = {**pred, "argv": rec.get("argv") or [], "dummy_weights": bool(rec.get("dummy_weights"))}
