@@ -111,16 +111,26 @@ def find_tokenizer(oracle_py):
     return out
 
 
-def oracle_env():
-    # PYTHONDONTWRITEBYTECODE out: the oracle venv (uv, no bytecode) then keeps what it compiled
-    # (tests/conformance/conftest.py's oracle_env says why)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")
-    }
-    env.update({"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore"})
-    return env
+# Not passed to the oracle: this process's own Python (a PYTHONPATH would put the repo's or this
+# venv's packages before the oracle's), and PYTHONDONTWRITEBYTECODE: the oracle venv's installer (uv)
+# compiles no bytecode, so with it set (as on CI's machines) every oracle process compiled torch,
+# transformers and SGLang anew, ~13 CPU-s before its first line; allowed, the first process leaves
+# the bytecode in the machine cache's venv.
+ORACLE_ENV_DROPPED = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONDONTWRITEBYTECODE")
+ORACLE_OFFLINE = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONWARNINGS": "ignore",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def oracle_env(extra: dict | None = None) -> dict:
+    """The environment of an oracle process (SGLang's own code): offline, nothing of this process's
+    Python leaking in; `extra` last."""
+    env = {k: v for k, v in os.environ.items() if k not in ORACLE_ENV_DROPPED}
+    return {**env, **ORACLE_OFFLINE, **(extra or {})}
 
 
 def run_bench_serving(

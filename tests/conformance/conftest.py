@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+# the oracle's environment has one source, shared with the benchmarks that run the oracle
+from benchmarks.sim_oracle import oracle_env
 from tests.helpers.procs import isolated_env, run_captured, tail
 
 HERE = Path(__file__).resolve().parent
@@ -66,28 +68,6 @@ def oracle_sglang_version(oracle_python) -> str:
     """The SGLang release the oracle venv holds (its metadata; sglang is not imported)."""
     code = "import importlib.metadata as m; print(m.version('sglang'))"
     return run_oracle(oracle_python, ["-c", code], timeout=60).stdout.strip()
-
-
-def oracle_env(extra: dict | None = None) -> dict:
-    """Environment for the oracle python: offline, and nothing of this process's Python leaks in.
-
-    The venv's sglang_oracle.pth (written by ci/oracle.sh) already puts the torchvision stub on
-    sys.path and the caches (SGLANG_CACHE_DIR, HF_HOME, ...) under .venv/sglang/cache.
-    """
-    offline = {
-        "HF_HUB_OFFLINE": "1",
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "PYTHONWARNINGS": "ignore",
-        "PYTHONUNBUFFERED": "1",
-    }
-    # The venv's installer (uv) compiles no bytecode: with PYTHONDONTWRITEBYTECODE set (as on CI's
-    # machines) every oracle process compiled torch, transformers and SGLang anew, ~13 CPU-s before
-    # its first line. Allowed to write it, the first process leaves it in the machine cache's venv
-    # (a caller's `extra` may still set it).
-    base = isolated_env()
-    base.pop("PYTHONDONTWRITEBYTECODE", None)
-    return {**base, **offline, **(extra or {})}
 
 
 def run_oracle(
