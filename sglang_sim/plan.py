@@ -43,6 +43,9 @@ def layout_from_args(args) -> dict:
 
 def serving_from_args(args) -> dict:
     serving = {
+        # the server's own --port: the planner's rules (a rendezvous port that is also node rank 0's
+        # HTTP port) must see the port this server binds, not the default a command line left out
+        "base_port": args.port,
         "mem_fraction_static": args.mem_fraction_static,
         "context_length": args.context_length,
         "max_running_requests": args.max_running_requests,

@@ -275,3 +275,27 @@ def test_dp_attention_groups_step_at_the_batch_of_all_groups():
     assert groups[0].step_batch() == groups[1].step_batch() == (8, 3 * 101 + 5 * 52)
     sim.args.enable_dp_attention = False  # plain DP: independent engines, each its own batch
     assert groups[0].step_batch() == (3, 303) and groups[1].step_batch() == (5, 260)
+
+
+def test_a_rendezvous_on_sglangs_default_port_is_planned_against_the_servers_own_port(repo):
+    """A test's port picker may hand out 30000 (SGLang's default --port) as the rendezvous port: the
+    simulator plans with the server's own --port, as real SGLang binds it, so only a real clash is
+    refused."""
+    from sglang_layouts.estimate.model import PlanError
+
+    from sglang_sim.plan import make_plan
+
+    model = str(repo / "models" / "qwen3-30b-a3b")
+    hardware = {"gpu_count": 8, "gpu_memory_gib": 80.0, "gpu_interconnect": "nvlink"}
+
+    def argv(port):
+        return ["--model-path", model, "--tp-size", "16", "--nnodes", "2", "--node-rank", "0",
+                "--dist-init-addr", "127.0.0.1:30000", "--port", str(port)]  # fmt: skip
+
+    _planner, _spec, plan = make_plan(flags.parse_args(argv(31234)), hardware)
+    assert plan["port"] == 31234
+    assert plan["parallel"]["dist_init_addr"].endswith(":30000")
+    with pytest.raises(
+        PlanError, match="rendezvous port sglang_dist_init_port 30000 is also node rank 0's HTTP"
+    ):
+        make_plan(flags.parse_args(argv(30000)), hardware)
