@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 from .. import speed
+from ..report.speed_check import predictable
 from .search import lower_is_better, objective_value, rank_entries
 
 # factor: (the constants it scales, (lowest, highest) scale). Bounded so that a fit on a few levels
@@ -99,12 +100,6 @@ def predict_record(rec: dict, constants: dict[str, float] | None = None) -> dict
         return predict_again(rec, workload)
 
 
-def _predictable(rec: dict) -> bool:
-    """Whether the record keeps what predicting it again needs: its plan's cost, or a pd layout's roles."""
-    pred = rec.get("prediction") or {}
-    return bool(pred.get("cost") or (pred.get("speed") or {}).get("pd_inputs"))
-
-
 def _residuals(recs: list[dict], constants: dict[str, float]) -> list[float]:
     out = []
     for rec in recs:
@@ -133,7 +128,7 @@ def error_of(residuals: list[float]) -> float | None:
 
 def refit(records: list[dict]) -> dict:
     """The host's scale factors fitted to every measured record, with the error before and after."""
-    recs = [r for r in records if r.get("status") in MEASURED and _points(r) and _predictable(r)]
+    recs = [r for r in records if r.get("status") in MEASURED and _points(r) and predictable(r)]
     scales = {f: 1.0 for f in FACTORS}
     before = _residuals(recs, {})
     if not before:

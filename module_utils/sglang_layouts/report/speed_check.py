@@ -119,21 +119,29 @@ def check(rec: dict) -> dict:
     }
 
 
+def predictable(rec: dict) -> bool:
+    """Whether the record keeps what predict_again needs: the host's figures, and its plan's cost or a
+    pd layout's roles (speed.pd_inputs)."""
+    pred = rec.get("prediction") or {}
+    speed = pred.get("speed") or {}
+    return bool(speed.get("hardware") and (pred.get("cost") or speed.get("pd_inputs")))
+
+
 def predict_again(rec: dict, workload: dict) -> dict | None:
     """The record's layout predicted at another workload (its plan's cost, argv and host figures)."""
     from ..speed import predict, predict_pd
 
-    pred = rec.get("prediction") or {}
-    hardware = (pred.get("speed") or {}).get("hardware")
-    roles = (pred.get("speed") or {}).get("pd_inputs")
-    if hardware and roles:
+    if not predictable(rec):
+        return None
+    pred = rec["prediction"]
+    hardware = pred["speed"]["hardware"]
+    roles = pred["speed"].get("pd_inputs")
+    if roles:
         # a pd layout: each role's cost and KV as its plan kept them (speed.pd_inputs)
         out, _why = predict_pd(
             {"pd": roles, "dummy_weights": bool(rec.get("dummy_weights"))}, hardware, workload
         )
         return out
-    if not hardware or not pred.get("cost"):
-        return None
     layout = {**pred, "argv": rec.get("argv") or [], "dummy_weights": bool(rec.get("dummy_weights"))}
     out, _why = predict(layout, hardware, workload)
     return out
