@@ -110,10 +110,16 @@ def sglang_python_path(package):
     return folders[package]
 
 
-def sglang_host_addresses(hosts, hostvars):
-    """Each host's ansible_host, or its inventory name: where other nodes reach it."""
+def sglang_host_addresses(hosts, hostvars, known=None):
+    """Each host's ansible_host, or its inventory name: where other nodes reach it. `known` maps
+    hosts to addresses already read: hostvars[host] resolves all of that host's variables, and each
+    host's planner inputs list the whole cluster, so a play reads them once (the role sglang_plan)."""
+    known = known or {}
     out = []
     for host in hosts:
+        if host in known:
+            out.append(str(known[host]))
+            continue
         try:
             address = hostvars[host].get("ansible_host")
         except (KeyError, AttributeError):
