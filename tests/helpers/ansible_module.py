@@ -28,6 +28,10 @@ def run_module(
         os.environ,
         ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
         ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        # ansiballz_shared_cache: the test session's payloads, built (and compiled) once
+        ANSIBLE_CALLBACK_PLUGINS=os.pathsep.join(
+            [str(REPO / "callback_plugins"), str(REPO / "tests" / "plugins" / "callback")]
+        ),
         ANSIBLE_STDOUT_CALLBACK="json",
         ANSIBLE_LOCAL_TEMP=str(Path(tmp_path) / "tmp"),
         ANSIBLE_CACHE_PLUGIN="memory",
