@@ -54,7 +54,12 @@ fi
 podman rm -f -t 2 "$probe" >/dev/null 2>&1 || true
 echo "== image + probe ready in $((SECONDS - t0)) s"
 
-# 4. The scenarios: every directory under molecule/ holding a molecule.yml, or the one asked for.
+# 4. sglang-router's wheels for the scenarios with a router: installed offline from them, as on a
+#    GPU host, not from the index in every run (molecule/pd and molecule/replicas, prepare).
+SGLANG_MOLECULE_ROUTER_WHEELS=$(ci/router.sh --wheels) || die "ci/router.sh --wheels failed"
+export SGLANG_MOLECULE_ROUTER_WHEELS
+
+# 5. The scenarios: every directory under molecule/ holding a molecule.yml, or the one asked for.
 export PATH=$ROOT/.venv/bin:$PATH # molecule shells out to ansible-config, ansible-playbook
 export ANSIBLE_COLLECTIONS_PATH=${ANSIBLE_COLLECTIONS_PATH:-$ROOT/.venv/collections}
 export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0 NO_COLOR=1
