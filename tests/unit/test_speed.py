@@ -484,6 +484,7 @@ def test_a_moe_kernel_on_its_default_config_is_read_from_the_start_and_named_as_
     assert {p.stem for p in starts if marked(p)} == {
         "glm-4.5-air-fp8",
         "llama-4-scout-text-cut20",
+        "minimax-m2-cut24",
         "qwen1.5-moe-a2.7b",
         "qwen3-next-80b-a3b-cut24",
     }
