@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers.playbook import CALLBACK_PLUGINS
+
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE = Path(sys.executable).with_name("ansible")
 
@@ -29,9 +31,7 @@ def run_module(
         ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
         ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
         # ansiballz_shared_cache: the test session's payloads, built (and compiled) once
-        ANSIBLE_CALLBACK_PLUGINS=os.pathsep.join(
-            [str(REPO / "callback_plugins"), str(REPO / "tests" / "plugins" / "callback")]
-        ),
+        ANSIBLE_CALLBACK_PLUGINS=CALLBACK_PLUGINS,
         ANSIBLE_STDOUT_CALLBACK="json",
         ANSIBLE_LOCAL_TEMP=str(Path(tmp_path) / "tmp"),
         ANSIBLE_CACHE_PLUGIN="memory",

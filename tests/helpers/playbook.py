@@ -64,6 +64,12 @@ def local_nodes(prefix: str, common: dict, names=("node-a", "node-b")) -> tuple[
     return root, inventory, hosts
 
 
+# tests/plugins/callback: ansiballz_shared_cache, one module payload build per test session
+CALLBACK_PLUGINS = os.pathsep.join(
+    [str(REPO / "callback_plugins"), str(REPO / "tests" / "plugins" / "callback")]
+)
+
+
 def ansible_env() -> dict:
     return {
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
@@ -74,10 +80,7 @@ def ansible_env() -> dict:
         "ANSIBLE_ACTION_PLUGINS": str(REPO / "action_plugins"),
         # ansible-runner sets this variable (its own stdout callback), which hides ansible.cfg's
         # callback_plugins: named here, the preload callback loads under the runner too
-        # tests/plugins/callback: ansiballz_shared_cache, one module payload build per test session
-        "ANSIBLE_CALLBACK_PLUGINS": os.pathsep.join(
-            [str(REPO / "callback_plugins"), str(REPO / "tests" / "plugins" / "callback")]
-        ),
+        "ANSIBLE_CALLBACK_PLUGINS": CALLBACK_PLUGINS,
         "ANSIBLE_CACHE_PLUGINS": str(REPO / "cache_plugins"),
         "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".venv" / "collections"),
         "ANSIBLE_FORCE_COLOR": "0",
