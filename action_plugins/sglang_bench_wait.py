@@ -5,7 +5,9 @@
 One shell command per slice of time (bench.progress.slice_command) instead of a module per poll:
 a wait ends within a tenth of a second of the line, at the cost of one command over the connection.
 The whole ladder is one task: each level's line is shown as it comes, which took a task of its own
-per level and another to show it (some 70 ms each of Ansible's own on a GPU host).
+per level and another to show it (some 70 ms each of Ansible's own on a GPU host). Given the job's id,
+it also returns the job's result (async_status's rule), seen from the same loops: a job that ends
+without its lines fails the wait at once, and no async_status task polls for the end.
 """
 
 from __future__ import annotations
@@ -47,9 +49,13 @@ class ActionModule(ActionBase):
             }
         start = time.monotonic()
         poll = max(0.02, args["poll"])
+        job = self._job_path(args["job"]) if args.get("job") else None
         lines, bench_failed = [], False
         for level in args["levels"]:
-            waited = self._wait(progress, args, level, poll)
+            waited = self._wait(progress, args, level, poll, job)
+            if waited.get("job"):
+                # the job ended without this level's line: its result says why (bad input, a crash)
+                return self._ended(progress, args, result, waited, lines, start, level)
             if waited.get("failed"):
                 return {**result, **waited, "lines": lines, "waited_s": round(time.monotonic() - start, 3)}
             lines.append(waited["line"])
@@ -58,29 +64,58 @@ class ActionModule(ActionBase):
             if waited["bench_failed"]:
                 bench_failed = True  # the load generator gave up: no later level will end
                 break
-        return {
-            **result,
-            "changed": False,
-            "lines": lines,
-            "line": lines[-1] if lines else "",
-            "bench_failed": bench_failed,
-            "waited_s": round(time.monotonic() - start, 3),
-        }
+        done = {"lines": lines, "line": lines[-1] if lines else "", "bench_failed": bench_failed}
+        if job:
+            # the last line comes just before the job's summary and exit: its end, polled as a level's
+            waited = self._wait(progress, args, None, poll, job)
+            if waited.get("failed"):
+                return {**result, **waited, **done, "waited_s": round(time.monotonic() - start, 3)}
+            return self._ended(progress, args, result, waited, lines, start, None, done)
+        return {**result, "changed": False, **done, "waited_s": round(time.monotonic() - start, 3)}
 
-    def _wait(self, progress, args, level, poll):
-        """One level's line: {line, bench_failed}, or a failure that says why none came."""
+    def _job_path(self, jid):
+        """The job's results file on the host, where async_status reads it (the shell's async_dir)."""
+        async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
+        return self._connection._shell.join_path(async_dir, jid)
+
+    def _ended(self, progress, args, result, waited, lines, start, missing, done=None):
+        """The wait's result with the job's: the job's keys (its facts, failed, msg, failure_class)
+        and the lines. A job that ended before `missing`'s line and did not fail fails the wait."""
+        job = progress.job_result(waited["job"], args["job"])
+        out = {**result, **job, **(done or {"lines": lines, "line": lines[-1] if lines else ""})}
+        out["waited_s"] = round(time.monotonic() - start, 3)
+        if missing is not None and not job.get("failed"):
+            out.update(
+                failed=True,
+                msg=f"the load generator's job ended without a line for {missing} in {args['path']}",
+            )
+        return out
+
+    def _wait(self, progress, args, level, poll, job=None):
+        """One level's line: {line, bench_failed}; {job: its file's text} when the job ended first (or,
+        with level None, when it ended); or a failure that says why neither came."""
         timeout = progress.level_timeout(level, args["timeout"], args.get("search_timeout"))
         start = time.monotonic()
+        what = (
+            f"no line for {level} in {args['path']}"
+            if level
+            else f"no end of the load generator's job {args['job']}"
+        )
         while True:
             left = timeout - (time.monotonic() - start)
             if left <= 0:
                 return {
                     "failed": True,
-                    "msg": f"no line for {level} in {args['path']} after {timeout:g} s "
-                    "(sglang_bench_level_timeout); the load generator's job may have died: see its async status",
+                    "msg": f"{what} after {timeout:g} s (sglang_bench_level_timeout); the load generator's job "
+                    "may have died: see its async status",
                 }
-            cmd = progress.slice_command(args["path"], level, min(_SLICE_S, left), poll)
+            if level is None:
+                cmd = progress.job_command(job, min(_SLICE_S, left), poll)
+            else:
+                cmd = progress.slice_command(args["path"], level, min(_SLICE_S, left), poll, job)
             res = self._low_level_execute_command(cmd, sudoable=True)
+            if res["rc"] == progress.JOB_ENDED:
+                return {"job": res["stdout"]}
             if res["rc"] == 0:
                 line, failed = progress.ended(res["stdout"])
                 return {"line": line, "bench_failed": failed}
@@ -88,6 +123,6 @@ class ActionModule(ActionBase):
                 return {
                     "failed": True,
                     "rc": res["rc"],
-                    "msg": f"the wait for {level} in {args['path']} could not run on the host "
+                    "msg": f"the wait for {level or 'the job'} in {args['path']} could not run on the host "
                     f"(exit {res['rc']}): {(res.get('stderr') or '').strip()[-500:]}",
                 }

@@ -95,8 +95,13 @@ def _unit_previews(layouts, host, ctx, template_dir, secret_envs=None):
 
 
 def _rate_label(rate):
-    """A request rate as the load generator's progress lines name it (2, 0.5, inf); refuses rates <= 0."""
-    return _library("bench.common.rate_label")(_library("bench.common.parse_rate")(rate))
+    """A request rate as the load generator's progress lines name it (2, 0.5, inf). A rate it refuses
+    (<= 0, not a number) is returned as given: no line will carry it, and the job's own refusal,
+    before any request, is what the wait reports."""
+    try:
+        return _library("bench.common.rate_label")(_library("bench.common.parse_rate")(rate))
+    except _library("bench.common.BenchError"):
+        return str(rate)
 
 
 def sglang_python_path(package):
@@ -178,9 +183,7 @@ _FACES = {
     # wheel file names -> exact pins; pip steps without some pins (serve/wheels.py)
     "sglang_wheel_pins": ("serve.wheels.wheel_pins", "serve.wheels.WheelError"),
     "sglang_drop_pins": ("serve.wheels.drop_pins", "serve.wheels.WheelError"),
-    "sglang_bench_rate_label": (_rate_label, "bench.common.BenchError"),
-    # the load generator's arguments that its check mode validates (validated once per key)
-    "sglang_bench_load_key": ("bench.common.load_key",),
+    "sglang_bench_rate_label": (_rate_label,),
     # the layout search after each measured layout: refit, re-rank, next candidate or stop
     "sglang_search_step": ("plan.calibrate.sweep_step", "plan.planner.PlanError"),
     # the plan with one layout's search block set to the step's (the loop over several hosts)

@@ -17,6 +17,11 @@ description:
     check, and a whole ladder is one task. Running this file as a module fails and says so.
   - A C(bench failed) line ends the wait as well (RV(bench_failed) is then true, and no later level is waited
     for); the job's own result says why.
+  - "With O(job), the async job id of the C(sglang_bench) task that writes the file, the same loops watch the
+    job's results file (where C(ansible.builtin.async_status) reads it): after the last line the task waits for
+    the job's end and returns its result as C(async_status) would (its C(ansible_facts), C(failed), C(msg),
+    C(failure_class)), so no C(async_status) task is needed; and a job that ends before a level's line (bad input,
+    a crash) ends the wait at once with the job's result, instead of after O(timeout)."
 version_added: "1.0.0"
 author: sglang-layouts maintainers (@sglang-layouts)
 options:
@@ -46,6 +51,11 @@ options:
     description: Shown before each line (the host and the layout, C(gpu-host/tp1)).
     type: str
     default: ""
+  job:
+    description:
+      - The C(ansible_job_id) of the C(sglang_bench) task started with C(async) and C(poll 0). Its results file
+        is read from the connection's C(async_dir) (C(ansible_async_dir), default C(~/.ansible_async)).
+    type: str
 extends_documentation_fragment: ansible.builtin.action_common_attributes
 attributes:
   action:
@@ -68,6 +78,22 @@ EXAMPLES = r"""
     timeout: 3600
     label: gpu-host/tp8
   register: levels
+
+- name: Start the load generator in the background
+  ansible.legacy.sglang_bench:
+    url: http://127.0.0.1:30000
+    concurrency: [1, 16]
+    progress_file: /var/tmp/sglang-layouts/run1-tp8.progress
+  async: 7200
+  poll: 0
+  register: bench_job
+
+- name: Show each level as it ends, then return the job's result (its ansible_facts.sglang_bench)
+  ansible.legacy.sglang_bench_wait:
+    path: /var/tmp/sglang-layouts/run1-tp8.progress
+    levels: [c=1, c=16]
+    job: "{{ bench_job.ansible_job_id }}"
+  register: bench
 """
 
 RETURN = r"""
@@ -90,6 +116,22 @@ waited_s:
   description: Seconds the task waited.
   type: float
   returned: always
+finished:
+  description: With O(job) - whether the job has ended (true once the task returns its result).
+  type: bool
+  returned: when O(job) is given and the job ended
+ansible_job_id:
+  description: With O(job) - the job's id.
+  type: str
+  returned: when O(job) is given and the job ended
+ansible_facts:
+  description: With O(job) - the job's facts (C(sglang_bench)), as C(async_status) returns them.
+  type: dict
+  returned: when O(job) is given and the job ended without failing
+failure_class:
+  description: With O(job) - the class of the job's failure (C(bench_config) for bad input).
+  type: str
+  returned: when the job failed with one
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -156,6 +156,26 @@ def test_bench_playbook_measures_the_deployed_layout(run_playbook, tmp_path, run
         # as with ansible.cfg's fact cache, the next playbook starts from the facts deploy.yml left
         cache = Path(tmp_path / "runner" / "artifacts" / "bench" / "fact_cache")
         shutil.copytree(fact_cache_dir(r1), cache)
+        # a bad load: the job refuses it before any request, and the wait fails at once with its
+        # message (not after sglang_bench_level_timeout), storing no record
+        bad = run_playbook(
+            "bench.yml",
+            ident="bench",
+            extravars={
+                **common,
+                **SHORT_BENCH,
+                "sglang_bench_request_rates": [0],
+                "sglang_bench_level_timeout": 3600,
+                "sglang_results_dir": str(results),
+                "run_id": "bench-bad",
+            },
+        )
+        assert bad.status == "failed"
+        assert any(
+            "Each level as it ends" in m and "every rate must be a number of requests/s > 0" in m
+            for m in failed_messages(bad)
+        ), failed_messages(bad)
+        assert not (results / "bench-bad" / "seed-box" / "tp8.json").exists()
         r2 = run_playbook(
             "bench.yml",
             ident="bench",

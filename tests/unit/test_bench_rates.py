@@ -619,37 +619,6 @@ def test_an_unknown_connection_mode_is_refused_before_any_request():
         rate_config("http://127.0.0.1:1", request_rates=[4], connection="pooled")
 
 
-def test_a_load_is_validated_once_per_key_not_per_layout():
-    """The role skips check mode for a load whose key it validated: the next layout's server (another
-    port), progress file and request ids leave the key alone; any argument check mode validates changes it."""
-    base = {
-        "url": "http://127.0.0.1:30000",
-        "concurrency": [1, 4],
-        "request_rates": [],
-        "context_length": 4096,
-        "progress_file": "/tmp/r1-tp8-1.progress",
-        "rid_prefix": "r1-host-tp8",
-    }
-    key = common.load_key(base)
-    next_layout = {
-        **base,
-        "url": "http://127.0.0.1:30010",
-        "progress_file": "/tmp/r1-ep8-2.progress",
-        "rid_prefix": "r1-host-ep8",
-    }
-    assert common.load_key(next_layout) == key
-    for change in (
-        {"concurrency": [1, 0]},
-        {"request_rates": [0]},
-        {"context_length": 8},
-        {"url": "http://10.0.0.2:30000"},
-        {"url": "not a url"},
-    ):
-        assert common.load_key({**base, **change}) != key, change
-    # a url that names no server keeps itself in the key (check mode refuses it, layout after layout)
-    assert "not a url" in common.load_key({**base, "url": "not a url"})
-
-
 def test_telemetry_stop_ends_an_nvidia_smi_that_ignores_sigterm_and_keeps_its_rows(tmp_path, monkeypatch):
     script = tmp_path / "nvidia-smi"
     script.write_text(

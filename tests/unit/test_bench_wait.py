@@ -3,6 +3,7 @@ plugin run by ansible-core."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 
@@ -114,6 +115,62 @@ def test_the_action_stops_at_the_load_generators_failure(tmp_path):
     assert not res.get("failed"), res
     assert res["bench_failed"] is True and len(res["lines"]) == 2
     assert res["line"].startswith("bench failed: the server died during concurrency 16")
+
+
+def _job_file(async_dir, jid, result):
+    async_dir.mkdir(exist_ok=True)
+    (async_dir / jid).write_text(json.dumps(result))
+
+
+def test_the_loop_sees_the_job_end_without_the_line(tmp_path):
+    path, job = tmp_path / "bench.progress", tmp_path / "j1"
+    path.write_text("10:00:00 level c=1 done: 250.0 tok/s\n")
+    job.write_text(json.dumps({"started": True, "finished": False, "ansible_job_id": "j1"}))
+    cmd = progress.slice_command(str(path), "c=16", 0.2, 0.05, str(job))
+    assert (
+        subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, timeout=300).returncode
+        == progress.NOT_YET
+    )
+    job.write_text(json.dumps({"failed": True, "msg": "concurrency 0: must be at least 1"}))
+    ended = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, timeout=300)
+    assert ended.returncode == progress.JOB_ENDED
+    result = progress.job_result(ended.stdout, "j1")
+    assert result["failed"] and result["finished"] and "concurrency 0" in result["msg"]
+    # the line wins over the job's end when both are there
+    path.write_text("10:00:00 level c=16 done: 1500.0 tok/s\n")
+    assert subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, timeout=300).returncode == 0
+    # a job still running, read as async_status reads it
+    assert progress.job_result('{"started": true, "finished": false}', "j1")["finished"] is False
+    assert progress.job_result("not json", "j1")["failed"]
+
+
+def test_the_action_returns_the_jobs_result_after_the_last_line(tmp_path):
+    path, async_dir = tmp_path / "bench.progress", tmp_path / "async"
+    path.write_text("10:00:00 level c=1 done: 250.0 tok/s, 2/2 ok\n")
+    facts = {"sglang_bench": {"summary": {"completed": 2}, "levels": [{"concurrency": 1}]}}
+    _job_file(async_dir, "77.1", {"changed": False, "ansible_facts": facts})
+    extra = ("-e", f"ansible_async_dir={async_dir}")
+    args = {"path": str(path), "levels": ["c=1"], "job": "77.1", "timeout": 600}
+    res = run_module(tmp_path, "sglang_bench_wait", args, extra=extra)
+    assert not res.get("failed"), res
+    assert res["finished"] and res["ansible_job_id"] == "77.1"
+    assert res["ansible_facts"] == facts and res["lines"] == ["level c=1 done: 250.0 tok/s, 2/2 ok"]
+
+
+def test_a_job_that_fails_before_any_line_fails_the_wait_with_its_message(tmp_path):
+    """Bad input ends the job at once: the wait says why then, not after the level's timeout (600 s)."""
+    path, async_dir = tmp_path / "bench.progress", tmp_path / "async"
+    failed = {"failed": True, "msg": "request rate 0: must be > 0", "failure_class": "bench_config"}
+    _job_file(async_dir, "77.2", failed)
+    extra = ("-e", f"ansible_async_dir={async_dir}")
+    args = {"path": str(path), "levels": ["c=1", "c=16"], "job": "77.2", "timeout": 600}
+    res = run_module(tmp_path, "sglang_bench_wait", args, extra=extra)
+    assert res["failed"] and res["msg"] == failed["msg"] and res["failure_class"] == "bench_config"
+    assert res["waited_s"] < 600 and res["lines"] == []
+    # a job that ended well without a level's line is a failure too (the labels and the ladder differ)
+    _job_file(async_dir, "77.3", {"changed": False, "ansible_facts": {"sglang_bench": {}}})
+    res = run_module(tmp_path, "sglang_bench_wait", {**args, "job": "77.3"}, extra=extra)
+    assert res["failed"] and "ended without a line for c=1" in res["msg"]
 
 
 def test_the_slo_search_gets_its_own_timeout():

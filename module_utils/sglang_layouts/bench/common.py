@@ -72,23 +72,3 @@ def stats(values):
 def say(progress, line):
     if progress is not None:
         progress(line)
-
-
-# Arguments of the load generator that name where this run writes and which server it measures, not
-# what it sends: a load validated once (check mode) is the same load on the next layout's server.
-_PER_RUN_ARGS = ("progress_file", "rid_prefix")
-
-
-def load_key(args):
-    """What the load generator's check mode validates, as one string (sglang_bench_load_key): the
-    module's arguments less the per-run ones and the server's port. The role validates a load once
-    per key, so a sweep checks its load before the first layout, not before every layout."""
-    import json
-    from urllib.parse import urlsplit
-
-    args = dict(args or {})
-    for name in _PER_RUN_ARGS:
-        args.pop(name, None)
-    url = urlsplit(str(args.get("url") or ""))
-    args["url"] = f"{url.scheme}://{url.hostname}" if url.scheme and url.hostname else args.get("url")
-    return json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)

@@ -13,8 +13,6 @@ import urllib.error
 from .client import http_json
 
 TELEMETRY_INTERVAL_S = 1.0
-# seconds nvidia-smi gets to exit on SIGTERM at the end of a level before it is killed (Telemetry.stop)
-GPU_STOP_GRACE_S = 0.2
 # /metrics names (Prometheus text) -> the telemetry key, and how the per-rank series of one sample combine.
 SERVER_METRICS = {
     "num_running_reqs": (("sglang:num_running_reqs", "vllm:num_requests_running"), "sum"),
@@ -183,14 +181,11 @@ class Telemetry:
     def stop(self):
         self._stop.set()
         if self._proc is not None:
-            # nvidia-smi may finish its -lms sleep before it acts on SIGTERM; the rows it printed are read
-            # already, and the wait would be the tool's time between two levels: kill after a short grace
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=GPU_STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(timeout=5)
+            # nvidia-smi sleeps through SIGTERM until its next -lms sample (on the H200 every stop waited
+            # out a 0.2 s grace, the tool's time between two levels). The rows it printed stay in the pipe
+            # for the reader thread, so it is killed at once: a query tool holds no state to clean up.
+            self._proc.kill()
+            self._proc.wait(timeout=5)
         for t in self._threads:
             t.join(timeout=5)
         return self.summary()

@@ -235,7 +235,8 @@ def start(
     secret_env=None,
 ) -> dict:
     """Start the engine under the wrapper; returns status() plus log_offset (the log's size before)."""
-    os.makedirs(run_dir, exist_ok=True)
+    # pid, spec and logs; read by the gate as any user (the unit's own files stay its user's)
+    os.makedirs(run_dir, mode=0o755, exist_ok=True)
     p = paths(run_dir, name)
     base_env = {
         "PATH": os.environ.get("PATH") or "/usr/local/bin:/usr/bin:/bin",
