@@ -33,6 +33,11 @@ _SLICE_S = 60.0
 display = Display()
 
 
+def _lines(lines, bench_failed):
+    """The lines seen so far, as the task returns them."""
+    return {"lines": lines, "line": lines[-1] if lines else "", "bench_failed": bench_failed}
+
+
 class ActionModule(ActionBase):
     _VALID_ARGS = None  # validated against bench.progress.ARGUMENT_SPEC below
 
@@ -55,7 +60,7 @@ class ActionModule(ActionBase):
             waited = self._wait(progress, args, level, poll, job)
             if waited.get("job"):
                 # the job ended without this level's line: its result says why (bad input, a crash)
-                return self._ended(progress, args, result, waited, lines, start, level)
+                return self._ended(progress, args, result, waited, _lines(lines, False), start, level)
             if waited.get("failed"):
                 return {**result, **waited, "lines": lines, "waited_s": round(time.monotonic() - start, 3)}
             lines.append(waited["line"])
@@ -64,13 +69,13 @@ class ActionModule(ActionBase):
             if waited["bench_failed"]:
                 bench_failed = True  # the load generator gave up: no later level will end
                 break
-        done = {"lines": lines, "line": lines[-1] if lines else "", "bench_failed": bench_failed}
+        done = _lines(lines, bench_failed)
         if job:
             # the last line comes just before the job's summary and exit: its end, polled as a level's
             waited = self._wait(progress, args, None, poll, job)
             if waited.get("failed"):
                 return {**result, **waited, **done, "waited_s": round(time.monotonic() - start, 3)}
-            return self._ended(progress, args, result, waited, lines, start, None, done)
+            return self._ended(progress, args, result, waited, done, start, None)
         return {**result, "changed": False, **done, "waited_s": round(time.monotonic() - start, 3)}
 
     def _job_path(self, jid):
@@ -78,11 +83,11 @@ class ActionModule(ActionBase):
         async_dir = self._remote_expand_user(self.get_shell_option("async_dir", default="~/.ansible_async"))
         return self._connection._shell.join_path(async_dir, jid)
 
-    def _ended(self, progress, args, result, waited, lines, start, missing, done=None):
+    def _ended(self, progress, args, result, waited, done, start, missing):
         """The wait's result with the job's: the job's keys (its facts, failed, msg, failure_class)
-        and the lines. A job that ended before `missing`'s line and did not fail fails the wait."""
+        and the lines (`done`). A job that ended before `missing`'s line and did not fail fails the wait."""
         job = progress.job_result(waited["job"], args["job"])
-        out = {**result, **job, **(done or {"lines": lines, "line": lines[-1] if lines else ""})}
+        out = {**result, **job, **done}
         out["waited_s"] = round(time.monotonic() - start, 3)
         if missing is not None and not job.get("failed"):
             out.update(

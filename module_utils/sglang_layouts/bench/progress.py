@@ -55,32 +55,31 @@ def _job_ended(job):
     return f"[ -f {shlex.quote(job)} ] && ! grep -q -F {shlex.quote(_JOB_RUNNING)} {shlex.quote(job)}"
 
 
+def _loop(body, slice_s, poll):
+    """`body` (shell that exits on what it waits for) every `poll` seconds for at most `slice_s`,
+    then exit NOT_YET."""
+    tries = max(1, int(slice_s / poll))
+    return f"i=0; while [ $i -lt {tries} ]; do {body} sleep {poll:g}; i=$((i+1)); done; exit {NOT_YET}"
+
+
 def slice_command(path, level, slice_s, poll, job=None):
     """The host's shell loop for one slice of at most `slice_s` seconds: prints the first line of
     `path` that holds a marker of `level` and exits 0, or exits NOT_YET. A file that does not exist
     yet (the job has not opened it) is a file without the line. With `job` (the job's results file),
     a job that ended without the line prints that file and exits JOB_ENDED."""
-    tries = max(1, int(slice_s / poll))
-    grep = "grep -m1 -F " + " ".join(f"-e {shlex.quote(m)}" for m in markers(level))
-    ended_check = (
-        f'{_job_ended(job)} && {{ {grep} "$f" 2>/dev/null && exit 0; cat {shlex.quote(job)}; exit {JOB_ENDED}; }}; '
-        if job
-        else ""
+    line = (
+        "grep -m1 -F "
+        + " ".join(f"-e {shlex.quote(m)}" for m in markers(level))
+        + ' "$f" 2>/dev/null && exit 0;'
     )
-    return (
-        f"f={shlex.quote(path)}; i=0; while [ $i -lt {tries} ]; do "
-        f'{grep} "$f" 2>/dev/null && exit 0; {ended_check}sleep {poll:g}; i=$((i+1)); done; exit {NOT_YET}'
-    )
+    ended = f" {_job_ended(job)} && {{ {line} cat {shlex.quote(job)}; exit {JOB_ENDED}; }};" if job else ""
+    return f"f={shlex.quote(path)}; " + _loop(line + ended, slice_s, poll)
 
 
 def job_command(job, slice_s, poll):
     """The host's shell loop that waits at most `slice_s` seconds for the job's end: prints its file
     and exits JOB_ENDED, or exits NOT_YET."""
-    tries = max(1, int(slice_s / poll))
-    return (
-        f"i=0; while [ $i -lt {tries} ]; do {_job_ended(job)} && {{ cat {shlex.quote(job)}; exit {JOB_ENDED}; }}; "
-        f"sleep {poll:g}; i=$((i+1)); done; exit {NOT_YET}"
-    )
+    return _loop(f"{_job_ended(job)} && {{ cat {shlex.quote(job)}; exit {JOB_ENDED}; }};", slice_s, poll)
 
 
 def job_result(stdout, jid):
