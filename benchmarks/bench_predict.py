@@ -277,9 +277,10 @@ def h200_rows():
             what = f"{name} {rec['layout']} c{conc}" + (f" ({ds}, {n} prompts)" if ds else "")
             r = row("h200", what, lv["output_tok_s"], pred["output_tok_s"], rel)
             gpu = record_gpu(rec)
+            unchecked = (p.get("cost") or {}).get("unchecked")
             if "H200" not in gpu:
                 # no constant was pinned on this GPU: its datasheet row and the H200's measured constants
-                r["group"] = "other-gpu"
+                r["group"] = "other-gpu-unchecked" if unchecked else "other-gpu"
                 r["what"] = f"{what} on {gpu}"
             elif rel in pins or f"{rel}@{conc}" in pins:
                 r["group"] = "h200-pins"
@@ -287,7 +288,7 @@ def h200_rows():
                 r["group"] = "h200-stalled"  # the figure timed a stall the record kept (issue #28)
             elif not m.graphed(conc):
                 r["group"] = "h200-eager"  # graphs off, or a batch above the largest captured graph
-            elif (p.get("cost") or {}).get("unchecked"):
+            elif unchecked:
                 r["group"] = "h200-unchecked"  # the plan says its prediction is unchecked (why)
             out.append(r)
     for name, fmt, in_len, out_len, figures, source in H200_TABLE:
@@ -399,6 +400,9 @@ def targets(rows, summ):
         ),
         group_line(
             "other GPUs (nothing fitted on them, the H200's constants and their datasheet rows)", "other-gpu"
+        ),
+        group_line(
+            "other GPUs, architectures whose plan says the prediction is unchecked", "other-gpu-unchecked"
         ),
         f"seed: flagged (measured outside {speed_check.SLOW}-{speed_check.FAST} x the prediction): "
         + (

@@ -47,6 +47,7 @@ PUBLISHED = [
     ("glm-4.5-air-fp8", 106e9, "GLM-4.5 model card: Air 106B total"),
     ("glm-4.6", 355e9, "GLM-4.5/4.6 model cards: 355B total"),
     ("gpt-oss-120b", 116.8e9, "gpt-oss model card: 116.8B total"),
+    ("gpt-oss-20b", 20.9e9, "gpt-oss model card: 20.9B total"),
     ("llama-4-scout-text", 108e9, "Llama 4 Scout: 109B total with the vision encoder"),
     ("gemma-3-27b-text", 27.0e9, "Gemma 3 27B (text decoder; the 0.4B SigLIP encoder aside)"),
     ("qwen3-next-80b-a3b", 80e9, "Qwen3-Next-80B-A3B model card: 80B total"),

@@ -13,12 +13,18 @@ measurement:
   (mem_fraction_static 0.95) turns into 10 % of KV;
 - Qwen3-30B-A3B's KV pool is 2.1 % above the plan on the H100 (within 0.5 % on the H200), for a
   reason not found yet.
+
+gpt-oss on SGLang's triton_kernels MXFP4 path (lease h100-2026-12-07b) misses on every start, by what
+PyTorch's caching allocator keeps after each layer's weight swizzle; each start is a strict xfail too,
+and the plan's claims about that path (its KV tokens an upper bound, expandable segments the remedy)
+are checked against the same logs.
 """
 
 from pathlib import Path
 
 import pytest
 import yaml
+from sglang_layouts.estimate import memory
 from sglang_layouts.gate import logclass
 from sglang_layouts.plan import planner
 
@@ -26,12 +32,12 @@ from benchmarks.plan_arch_check import repo_model
 
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "tests" / "fixtures" / "sglang-0.5.16" / "h100"
-FIRST, SECOND = "h100-2026-12-06b", "h100-2026-12-06c"
+FIRST, SECOND, GPT_OSS = "h100-2026-12-06b", "h100-2026-12-06c", "h100-2026-12-07b"
 LEASES = {
     lease: yaml.safe_load((REPO / "benchmarks" / "results" / lease / "ladders.yml").read_text())[
         "sglang_gpu_ladders"
     ]
-    for lease in (FIRST, SECOND)
+    for lease in (FIRST, SECOND, GPT_OSS)
 }
 # torch's capacity of the card the lease got (its records' gpu block: 81,559 MiB, 79.19 GiB usable)
 H100 = {
@@ -104,6 +110,17 @@ CASES = [
 ]
 
 
+RESIDUE = pytest.mark.xfail(strict=True, reason="what the caching allocator keeps after the MXFP4 swizzle")
+GPT_OSS_STARTS = [
+    ("gpt-oss-20b", "tp1"),
+    ("gpt-oss-20b", "tp1-expandable-segments"),
+    ("gpt-oss-120b-cut18", "tp1"),
+    ("gpt-oss-120b-cut18", "tp1-expandable-segments"),
+    ("gpt-oss-120b-cut30", "tp1-expandable-segments"),
+]
+CASES += [pytest.param(f"{m}.{lay}.log", m, lay, None, GPT_OSS, marks=RESIDUE) for m, lay in GPT_OSS_STARTS]
+
+
 @pytest.mark.parametrize(("log", "model", "layout", "role", "lease"), CASES)
 def test_plan_matches_the_real_start(log, model, layout, role, lease):
     real, plan = measured(log), server(model, layout, role, lease)
@@ -157,3 +174,49 @@ def test_a_layout_starts_in_the_sum_of_its_waves_and_its_decode_server_stands_fo
         "already_ready": False,
         "figures": 0,
     }
+
+
+@pytest.mark.parametrize(("model", "layout"), GPT_OSS_STARTS)
+def test_gpt_oss_plan_is_the_upper_bound_it_claims_and_names_its_allocator(model, layout):
+    real, plan = measured(f"{model}.{layout}.log"), planned(model, layout, GPT_OSS)
+    assert plan["weights_gib_per_gpu"] < real["weights_gib"]
+    assert plan["kv_tokens"] >= real["kv_tokens"] and plan["kv_pool"]["swa_tokens"] >= real["swa_tokens"]
+    (say,) = plan["weights_assumptions"]
+    assert "upper bound" in say
+    if "expandable" in layout:
+        assert "even with expandable segments" in say and "1.0 to 1.6 GiB" in say
+    else:
+        assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the layout's env" in say
+
+
+def test_expandable_segments_return_what_the_plan_recommends_them_for():
+    # The default plan's line recommends expandable segments for 14.7 % more KV tokens and a weight
+    # figure within about 1 GiB: what the two starts of the same 18-layer cut show.
+    default, expandable = (
+        measured("gpt-oss-120b-cut18.tp1.log"),
+        measured("gpt-oss-120b-cut18.tp1-expandable-segments.log"),
+    )
+    plan = planned("gpt-oss-120b-cut18", "tp1", GPT_OSS)
+    # the allocator's mode changes what is left beside the weights, not the weights the plan models
+    assert (
+        plan["weights_gib_per_gpu"]
+        == planned("gpt-oss-120b-cut18", "tp1-expandable-segments", GPT_OSS)["weights_gib_per_gpu"]
+    )
+    assert default["weights_gib"] - plan["weights_gib_per_gpu"] > 5.0
+    assert expandable["weights_gib"] - plan["weights_gib_per_gpu"] < 1.2
+    assert expandable["kv_tokens"] / default["kv_tokens"] - 1 == pytest.approx(0.147, abs=0.001)
+    assert "963,713 -> 1,105,113" in plan["weights_assumptions"][0]
+
+
+@pytest.mark.parametrize(
+    ("conf", "on"),
+    [
+        ("expandable_segments:True", True),
+        ("garbage_collection_threshold:0.6, expandable_segments:True", True),
+        ("expandable_segments:False", False),
+        ("max_split_size_mb:128", False),
+        ("", False),
+    ],
+)
+def test_the_allocator_setting_is_read_as_pytorch_reads_it(conf, on):
+    assert memory.expandable_segments({"PYTORCH_CUDA_ALLOC_CONF": conf}) is on

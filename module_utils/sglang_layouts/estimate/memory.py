@@ -113,18 +113,41 @@ def mxfp4_moe_path(spec: ModelSpec, par: dict, engine: str, gpu_name: str | None
     return "triton_kernels" if par["ep"] == 1 else "bf16_upcast"
 
 
-def weights_assumptions(spec: ModelSpec, par: dict, engine: str, gpu_name: str | None) -> list[str]:
-    """What the weight figure of this layout does not model, said in the plan (docs/planner.md)."""
+def expandable_segments(env: dict | None) -> bool:
+    """Whether the unit's PYTORCH_CUDA_ALLOC_CONF turns on the caching allocator's expandable segments
+    (comma-separated key:value pairs; PyTorch reads the value True)."""
+    conf = str((env or {}).get("PYTORCH_CUDA_ALLOC_CONF") or "")
+    pairs = dict(p.split(":", 1) for p in conf.replace(" ", "").split(",") if ":" in p)
+    return pairs.get("expandable_segments") == "True"
+
+
+def weights_assumptions(
+    spec: ModelSpec, par: dict, engine: str, gpu_name: str | None, env: dict | None = None
+) -> list[str]:
+    """What the weight figure of this layout does not model, said in the plan (docs/planner.md).
+    Figures: the H200 start of lease h200-2026-12-04b, the H100 starts of lease h100-2026-12-07b."""
     path = mxfp4_moe_path(spec, par, engine, gpu_name)
+    modelled = (
+        "weights: MXFP4 experts on SGLang's triton_kernels path (Hopper, ep 1) are modelled as "
+        "mxfp4.py leaves them (Hopper-swizzled padded values, swizzled scales beside the original "
+        "ones, fp32 biases); "
+    )
+    if path == "triton_kernels" and expandable_segments(env):
+        return [
+            modelled + "not modelled: what the caching allocator keeps after each layer's swizzle "
+            "even with expandable segments (PYTORCH_CUDA_ALLOC_CONF in this layout's env). On one H100 "
+            "the starts used 1.0 to 1.6 GiB more than this figure (gpt-oss-20b, gpt-oss-120b cut to 18 "
+            "and 30 layers); read the planned KV tokens as an upper bound on this path"
+        ]
     if path == "triton_kernels":
         return [
-            "weights: MXFP4 experts on SGLang's triton_kernels path (Hopper, ep 1) are modelled as "
-            "mxfp4.py leaves them (Hopper-swizzled padded values, swizzled scales beside the original "
-            "ones, fp32 biases); not modelled: the free fragments PyTorch's caching allocator keeps "
-            "after each layer's swizzle (its temporaries are freed, torch.cuda.empty_cache releases only "
-            "whole segments). On one H200 (gpt-oss-120b, tp1, 36 MoE layers) the start used 4.7 GiB "
-            "(7 %) more than this figure and its KV pool was that much smaller; read the planned KV "
-            "tokens as an upper bound on this path"
+            modelled + "not modelled: the free fragments PyTorch's caching allocator keeps after each "
+            "layer's swizzle (its temporaries are freed, torch.cuda.empty_cache releases only whole "
+            "segments). Real starts used more than this figure: 4.7 GiB on one H200 (gpt-oss-120b), "
+            "5.4 GiB on one H100 (gpt-oss-120b cut to 18 layers), 1.4 GiB (gpt-oss-20b); read the "
+            "planned KV tokens as an upper bound on this path. PYTORCH_CUDA_ALLOC_CONF="
+            "expandable_segments:True in the layout's env returns most of it: the same H100 start "
+            "then used 1.1 GiB more than this figure and held 14.7 % more KV tokens (963,713 -> 1,105,113)"
         ]
     if path == "bf16_upcast":
         return [

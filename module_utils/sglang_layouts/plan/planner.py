@@ -255,7 +255,9 @@ def plan_layout(
 
     # -- memory per rank -----------------------------------------------------
     stages = stage_bytes(spec, par, eng.name, hardware.get("gpu_name"))
-    plan["weights_assumptions"] = weights_assumptions(spec, par, eng.name, hardware.get("gpu_name"))
+    plan["weights_assumptions"] = weights_assumptions(
+        spec, par, eng.name, hardware.get("gpu_name"), plan["env"]
+    )
     notes += [f"{lay['name']}: {a}" for a in plan["weights_assumptions"]]
     ranges = pp_layer_ranges(spec.num_layers, par["pp"], par["pp_layer_partition"])
     kvb = kv_dtype_bytes(spec, eff.get("kv_cache_dtype"))
