@@ -68,15 +68,18 @@ def stage_of(stage: int, ranges: list[tuple[int, int]]) -> int:
 
 
 def stage_bytes(
-    spec: ModelSpec, par: dict, engine: str = "sglang", gpu_name: str | None = None
+    spec: ModelSpec, par: dict, engine: str = "sglang", gpu_name: str | None = None, env: dict | None = None
 ) -> list[dict[str, float]]:
     """Per PP stage: bytes on one rank of that stage, by component.
 
     Under SGLang each stage also holds the rotary cos/sin cache (model.rope_cache_bytes), and
-    gpt-oss's MXFP4 experts take the shape SGLang's MoE path gives them (mxfp4_moe_path)."""
+    gpt-oss's MXFP4 experts take the shape SGLang's MoE path gives them (mxfp4_moe_path), with
+    what the allocator keeps of that path's transform under expandable segments (`env`, the unit's
+    environment: swizzle_residue_bytes)."""
     ranges = pp_layer_ranges(spec.num_layers, par["pp"], par.get("pp_layer_partition"))
     stages: list[dict[str, float]] = [{} for _stage in ranges]
     path = mxfp4_moe_path(spec, par, engine, gpu_name)
+    residue = swizzle_residue_bytes(path, env)
     for t in spec.tensors:
         if path and t.component == "routed_experts":
             continue  # replaced below by the path's own shapes
@@ -89,6 +92,8 @@ def stage_bytes(
         if path:
             moe = sum(1 for layer in range(a, b + 1) if spec.is_moe_layer(layer))
             stages[i]["routed_experts"] = moe * mxfp4_expert_bytes(spec, par, path)
+            if residue:
+                stages[i]["allocator_residue"] = float(moe * residue)
         if rope:
             stages[i]["rope_cache"] = float(rope)
     return stages
@@ -113,6 +118,26 @@ def mxfp4_moe_path(spec: ModelSpec, par: dict, engine: str, gpu_name: str | None
     return "triton_kernels" if par["ep"] == 1 else "bf16_upcast"
 
 
+# PyTorch's expandable segments map the large pool in pages of 20 MiB (c10 CachingDeviceAllocator.h,
+# ExpandableSegment: "2MB for small pool, 20MB for large pool"), and torch.cuda.empty_cache unmaps only
+# the pages a free block covers whole (ExpandableSegment::unmap, segmentRight of its start to
+# segmentLeft of its end): the page at each end of a free block stays mapped, on average half idle.
+EXPANDABLE_LARGE_PAGE_BYTES = 20 * 2**20
+# Mxfp4MoEMethod.process_weights_after_loading on the triton_kernels path frees two large tensors a
+# MoE layer (the original w13 and w2 values, `del layer.w13_weight`, `del layer.w2_weight`), then
+# calls torch.cuda.empty_cache().
+MXFP4_SWIZZLE_FREED_BLOCKS = 2
+
+
+def swizzle_residue_bytes(path: str | None, env: dict | None) -> int:
+    """Per MoE layer: what stays mapped of the blocks the triton_kernels transform frees, under
+    expandable segments (two end pages of each block, half idle on average: one page a block). With
+    PyTorch's default allocator the free fragments depend on its splitting history and are not modelled."""
+    if path != "triton_kernels" or not expandable_segments(env):
+        return 0
+    return MXFP4_SWIZZLE_FREED_BLOCKS * EXPANDABLE_LARGE_PAGE_BYTES
+
+
 def expandable_segments(env: dict | None) -> bool:
     """Whether the unit's PYTORCH_CUDA_ALLOC_CONF turns on the caching allocator's expandable segments
     (comma-separated key:value pairs; PyTorch reads the value True)."""
@@ -134,10 +159,11 @@ def weights_assumptions(
     )
     if path == "triton_kernels" and expandable_segments(env):
         return [
-            modelled + "not modelled: what the caching allocator keeps after each layer's swizzle "
-            "even with expandable segments (PYTORCH_CUDA_ALLOC_CONF in this layout's env). On one H100 "
-            "the starts used 1.0 to 1.6 GiB more than this figure (gpt-oss-20b, gpt-oss-120b cut to 18 "
-            "and 30 layers); read the planned KV tokens as an upper bound on this path"
+            modelled + "and, with expandable segments (PYTORCH_CUDA_ALLOC_CONF in this layout's env), "
+            "what stays mapped of the two tensors each layer's swizzle frees (the 20 MiB page at each "
+            "end of a free block, half idle on average: 40 MiB a MoE layer, component "
+            "allocator_residue). Three H100 starts (gpt-oss-20b, gpt-oss-120b cut to 18 and 30 layers) "
+            "used 0.07 to 0.41 GiB more than this figure; they are also the starts that showed the residue"
         ]
     if path == "triton_kernels":
         return [
@@ -146,8 +172,9 @@ def weights_assumptions(
             "segments). Real starts used more than this figure: 4.7 GiB on one H200 (gpt-oss-120b), "
             "5.4 GiB on one H100 (gpt-oss-120b cut to 18 layers), 1.4 GiB (gpt-oss-20b); read the "
             "planned KV tokens as an upper bound on this path. PYTORCH_CUDA_ALLOC_CONF="
-            "expandable_segments:True in the layout's env returns most of it: the same H100 start "
-            "then used 1.1 GiB more than this figure and held 14.7 % more KV tokens (963,713 -> 1,105,113)"
+            "expandable_segments:True in the layout's env returns most of it, and the plan then models "
+            "what is left: the same H100 start then held 14.7 % more KV tokens (963,713 -> 1,105,113), "
+            "0.3 % below that plan"
         ]
     if path == "bf16_upcast":
         return [
@@ -264,7 +291,9 @@ def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hard
         # the embedding is a gather (a few rows), not a full read
         # and the rope cache only a few rows per token
         dense = sum(
-            v for k, v in comps.items() if k not in ("routed_experts", "embed", "vision", "rope_cache")
+            v
+            for k, v in comps.items()
+            if k not in ("routed_experts", "embed", "vision", "rope_cache", "allocator_residue")
         )
         a, b = ranges[i]
         n_layers = b - a + 1

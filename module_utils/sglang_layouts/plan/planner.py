@@ -254,7 +254,7 @@ def plan_layout(
         return plan
 
     # -- memory per rank -----------------------------------------------------
-    stages = stage_bytes(spec, par, eng.name, hardware.get("gpu_name"))
+    stages = stage_bytes(spec, par, eng.name, hardware.get("gpu_name"), plan["env"])
     plan["weights_assumptions"] = weights_assumptions(
         spec, par, eng.name, hardware.get("gpu_name"), plan["env"]
     )
