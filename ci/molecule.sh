@@ -82,6 +82,10 @@ JOBS=${MOLECULE_JOBS:-${#scenarios[@]}}
 LOGS=$(mktemp -d /tmp/sglang-layouts-molecule.XXXXXX)
 # one AnsiballZ cache for every playbook of this run (tests/plugins/callback/ansiballz_shared_cache.py)
 export SGLANG_LAYOUTS_ANSIBALLZ_CACHE=$LOGS/ansiballz
+# podman puts the containers in cgroups of their own (libpod_parent under cgroup v1's cpuacct), out
+# of reach of ci/stage.sh's count: their CPU seconds are read here, before and after
+CONTAINERS_CPU=/sys/fs/cgroup/cpuacct/libpod_parent/cpuacct.usage
+containers_ns0=$(cat "$CONTAINERS_CPU" 2>/dev/null || true)
 declare -A pid_of=() started=()
 rc=0
 pass=0
@@ -136,5 +140,12 @@ for p in (yaml.safe_load(open(sys.argv[1])) or {}).get("platforms") or []:
 PY
 done
 echo "== total $((SECONDS - t0)) s"
+if [[ -n $containers_ns0 && -r $CONTAINERS_CPU ]]; then
+  containers_s=$((($(cat "$CONTAINERS_CPU") - containers_ns0) / 1000000000))
+  echo "== the containers' CPU: $containers_s s"
+  # beside the stages' own counts, for `make test`'s summary (ci/stage.sh)
+  stages=${STAGES_DIR:-$ROOT/build/stages}
+  [[ -d $stages ]] && echo "$containers_s" >"$stages/molecule-containers.cpu"
+fi
 echo "molecule: $pass passed, $fail failed"
 exit $rc

@@ -10,7 +10,8 @@
 # Where the cgroup v1 cpuacct controller is writable (root), each stage runs in a cgroup of its own
 # and the summary also prints "cpu <name>: <seconds> s", the CPU time of the stage's processes
 # (containers, which podman puts in cgroups of their own, not included): on a busy 2-core box
-# the wall seconds of stages that overlap say little about what each costs.
+# the wall seconds of stages that overlap say little about what each costs. A .cpu file without a
+# stage (ci/molecule.sh writes molecule-containers.cpu: the containers' CPU) is printed after them.
 set -uo pipefail
 DIR=${STAGES_DIR:-$(cd "$(dirname "$0")/.." && pwd)/build/stages}
 mkdir -p "$DIR"
@@ -34,6 +35,11 @@ if [[ ${1:-} == summary ]]; then
   done
   printf '%s' "$cpu"
   }
+  # CPU counted outside any stage's cgroup (ci/molecule.sh: the containers')
+  for f in "$DIR"/*.cpu; do
+    name=$(basename "$f" .cpu)
+    [[ -e $DIR/$name.stage ]] || echo "cpu $name: $(cat "$f") s"
+  done
   for f in "${files[@]}"; do
     read -r _ end status name <"$f"
     [[ $end != - && $status != 0 && -s $DIR/$name.log ]] || continue

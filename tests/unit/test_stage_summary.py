@@ -29,3 +29,13 @@ def test_a_failed_stage_repeats_its_last_lines_after_the_summary(repo, tmp_path)
     # STAGE_TAIL lines of the failed stage, and nothing of the one that passed
     assert lines[tail + 1 :] == ["two", "three"]
     assert not any("fine-output" in ln for ln in lines)
+
+
+def test_cpu_counted_outside_the_stages_is_printed_after_theirs(repo, tmp_path):
+    # ci/molecule.sh writes the containers' CPU seconds beside the stages: no stage of that name
+    assert _stage(repo, tmp_path, "quick", "true").returncode == 0
+    (tmp_path / "quick.cpu").write_text("3\n")
+    (tmp_path / "molecule-containers.cpu").write_text("391\n")
+    lines = _stage(repo, tmp_path, "summary").stdout.splitlines()
+    assert lines[-2:] == ["cpu quick: 3 s", "cpu molecule-containers: 391 s"]
+    assert not any(ln.startswith("stage molecule-containers") for ln in lines)
