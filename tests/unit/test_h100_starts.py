@@ -224,3 +224,6 @@ def test_expandable_segments_return_what_the_plan_recommends_them_for():
 )
 def test_the_allocator_setting_is_read_as_pytorch_reads_it(conf, on):
     assert memory.expandable_segments({"PYTORCH_CUDA_ALLOC_CONF": conf}) is on
+    assert memory.expandable_segments({"PYTORCH_ALLOC_CONF": conf}) is on
+    # the name the H100 starts used is read first where both are set
+    assert memory.expandable_segments({"PYTORCH_CUDA_ALLOC_CONF": conf, "PYTORCH_ALLOC_CONF": "x:1"}) is on

@@ -139,9 +139,12 @@ def swizzle_residue_bytes(path: str | None, env: dict | None) -> int:
 
 
 def expandable_segments(env: dict | None) -> bool:
-    """Whether the unit's PYTORCH_CUDA_ALLOC_CONF turns on the caching allocator's expandable segments
-    (comma-separated key:value pairs; PyTorch reads the value True)."""
-    conf = str((env or {}).get("PYTORCH_CUDA_ALLOC_CONF") or "")
+    """Whether the unit's allocator settings turn on the caching allocator's expandable segments
+    (comma-separated key:value pairs, the value True): PYTORCH_CUDA_ALLOC_CONF, the name the H100
+    starts used, else its device-generic alias PYTORCH_ALLOC_CONF (torch 2.9 and later; unchecked
+    here, and pytorch/pytorch#183387 reports 2.9.1 ignoring the alias for this key)."""
+    env = env or {}
+    conf = str(env.get("PYTORCH_CUDA_ALLOC_CONF") or env.get("PYTORCH_ALLOC_CONF") or "")
     pairs = dict(p.split(":", 1) for p in conf.replace(" ", "").split(",") if ":" in p)
     return pairs.get("expandable_segments") == "True"
 
