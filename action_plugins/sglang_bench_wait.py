@@ -38,6 +38,10 @@ def _lines(lines, bench_failed):
     return {"lines": lines, "line": lines[-1] if lines else "", "bench_failed": bench_failed}
 
 
+def _waited_s(start):
+    return round(time.monotonic() - start, 3)
+
+
 class ActionModule(ActionBase):
     _VALID_ARGS = None  # validated against bench.progress.ARGUMENT_SPEC below
 
@@ -62,7 +66,7 @@ class ActionModule(ActionBase):
                 # the job ended without this level's line: its result says why (bad input, a crash)
                 return self._ended(progress, args, result, waited, _lines(lines, False), start, level)
             if waited.get("failed"):
-                return {**result, **waited, "lines": lines, "waited_s": round(time.monotonic() - start, 3)}
+                return {**result, **waited, **_lines(lines, False), "waited_s": _waited_s(start)}
             lines.append(waited["line"])
             # progress, not results: stdout stays machine-readable (the record holds the figures)
             display.display(f"{args['label']} {waited['line']}".strip(), stderr=True)
@@ -74,9 +78,9 @@ class ActionModule(ActionBase):
             # the last line comes just before the job's summary and exit: its end, polled as a level's
             waited = self._wait(progress, args, None, poll, job)
             if waited.get("failed"):
-                return {**result, **waited, **done, "waited_s": round(time.monotonic() - start, 3)}
+                return {**result, **waited, **done, "waited_s": _waited_s(start)}
             return self._ended(progress, args, result, waited, done, start, None)
-        return {**result, "changed": False, **done, "waited_s": round(time.monotonic() - start, 3)}
+        return {**result, "changed": False, **done, "waited_s": _waited_s(start)}
 
     def _job_path(self, jid):
         """The job's results file on the host, where async_status reads it (the shell's async_dir)."""
@@ -87,8 +91,7 @@ class ActionModule(ActionBase):
         """The wait's result with the job's: the job's keys (its facts, failed, msg, failure_class)
         and the lines (`done`). A job that ended before `missing`'s line and did not fail fails the wait."""
         job = progress.job_result(waited["job"], args["job"])
-        out = {**result, **job, **done}
-        out["waited_s"] = round(time.monotonic() - start, 3)
+        out = {**result, **job, **done, "waited_s": _waited_s(start)}
         if missing is not None and not job.get("failed"):
             out.update(
                 failed=True,
