@@ -4,7 +4,7 @@
 # The wheels travel in .whl/p1, .whl/p2, .whl/p3 (SGLang 0.5.16's closure, split under the 64 MiB a copy may
 # hold), .whl/ans (ansible-core), .whl/router and .whl/mc (see stage); the host variables are GPU_VARS
 # and KEYED_VARS.
-# usage: benchmarks/gpu_lease.sh probe | start | poll [seconds] | keyed | capture | pack
+# usage: benchmarks/gpu_lease.sh probe | start | poll [seconds] | keyed | capture | profile | pack
 set -u
 cd "$(dirname "$0")/.."
 ANS=/opt/ans-site
@@ -96,6 +96,20 @@ capture)
     > /tmp/capture-no-ninja.log 2>&1
   echo "capture rc=$? ($(wc -l < /tmp/capture-no-ninja.log) lines)"
   grep -nE "No such file|FileNotFoundError|Traceback|hit an exception|sigquit|ready to roll" /tmp/capture-no-ninja.log | head -20
+  ;;
+profile)
+  # Issue 25's M3/M6: torch-profiler traces of decode steps (benchmarks/profile_decode.py), with the
+  # venv and model folder the sweep left; as root, outside the units (a measurement, not a service).
+  M=${PROFILE_MODEL:-qwen3-30b-a3b}; P=/tmp/prof-$M
+  rm -rf $P && mkdir -p $P
+  env PATH=/opt/sglang/venv/bin:/opt/torch/.venv/bin:/usr/local/cuda/bin:$PATH HF_HUB_OFFLINE=1 \
+    timeout "${PROFILE_S:-540}" python3 benchmarks/profile_decode.py run --python /opt/sglang/venv/bin/python \
+    --model-path /var/lib/sglang-models/$M --out $P --points "${POINTS:-1x256,64x256,32x2048,8x7680}" -- \
+    --tp-size 1 --mem-fraction-static 0.88 --attention-backend triton --grammar-backend none \
+    --context-length 8192 --max-running-requests 64 ${PROFILE_ARGS:-}
+  echo "profile rc=$?"; tail -3 $P/server.log
+  mkdir -p $OUT/prof-$M && cp $P/*.json $OUT/prof-$M/ && cp $P/traces/* $OUT/prof-$M/ 2>/dev/null
+  gzip -c $P/server.log > $OUT/prof-$M/server.log.gz; ls -la $OUT/prof-$M
   ;;
 pack)
   mkdir -p $OUT; cp /tmp/gpu-sweep.log /tmp/task-times.jsonl /tmp/capture-no-ninja.log /tmp/keyed.log /tmp/keyed-probe.log $OUT/ 2>/dev/null
