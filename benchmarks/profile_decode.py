@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import glob
 import gzip
+import itertools
 import json
 import os
 import random
@@ -165,7 +166,7 @@ def run_point(
         s.join(600)
     gaps = []
     for s in streams:
-        gaps += [b - a for a, b in zip(s.times[8:], s.times[9:], strict=False)]
+        gaps += [b - a for a, b in itertools.pairwise(s.times[8:])]
     return {
         "point": prefix,
         "batch": batch,
@@ -294,6 +295,10 @@ def summarize(path: str, step_gap_us: float) -> dict:
         return {"trace": os.path.basename(path), "steps": 0}
     # the median step by span stands for the point (a profiled window may cut a step at either end)
     typical = sorted(reduced, key=lambda r: r["span_us"])[len(reduced) // 2]
+    # the GPU's own step period: first kernel of one replay to the first of the next; what is not the
+    # replay's span (eager sampling kernels, the scheduler's gap) is period - span
+    starts = [s[0]["ts"] for s in steps]
+    periods = [b - a for a, b in itertools.pairwise(starts)]
     med = lambda key: statistics.median(r[key] for r in reduced)  # noqa: E731
     n = typical["kernels"]
     top = sorted(typical["by_name"].items(), key=lambda kv: -kv[1]["us"])[:25]
@@ -306,6 +311,10 @@ def summarize(path: str, step_gap_us: float) -> dict:
         "busy_us_median": round(med("busy_us"), 1),
         "idle_us_median": round(med("idle_us"), 1),
         "idle_us_per_kernel_boundary": round(typical["idle_us"] / max(1, n - 1), 3),
+        "period_us_median": round(statistics.median(periods), 1) if periods else None,
+        "outside_replay_us_median": round(statistics.median(periods) - med("span_us"), 1)
+        if periods
+        else None,
         "by_class": {
             c: {"count": v["count"], "us": round(v["us"], 1), "us_per_kernel": round(v["us"] / v["count"], 2)}
             for c, v in sorted(typical["by_class"].items(), key=lambda kv: -kv[1]["us"])
@@ -328,7 +337,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
         "schema": SCHEMA,
         "how": "benchmarks/profile_decode.py analyze: steps by CUDA-graph launch (or idle gaps); per step the "
         "kernels, span = last kernel end - first kernel start, busy = union of kernel intervals, idle = span - busy; "
-        "the median step by span stands for the point",
+        "the median step by span stands for the point; period = first kernel of one step to the first of the next",
         "argv": run.get("argv"),
         "ready_s": run.get("ready_s"),
         "points": [],
@@ -347,6 +356,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
             f"{p.get('point', p['trace'])}: {pr.get('steps')} steps by {pr.get('segmented_by')}, "
             f"kernels {pr.get('kernels_per_step', [])[:4]}, span {pr.get('span_us_median')} us, "
             f"busy {pr.get('busy_us_median')} us, idle/boundary {pr.get('idle_us_per_kernel_boundary')} us, "
+            f"period {pr.get('period_us_median')} us, "
             f"streamed ITL p50 {p.get('itl_ms_p50_streamed')} ms"
         )
     return 0
