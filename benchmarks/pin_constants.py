@@ -10,9 +10,18 @@ stand, so the arithmetic is here to rerun and to read:
   M7  t_request_ms,         TTFT p50 at c1 = t_request + the model's prefill: at 256 prompt tokens
       eta_f_attn_triton     the prefill is host-bound (t_request), at 4096 the triton extend
                             attention's FLOP efficiency is what is left (bisection)
+  M3  eta_weights,          with --profile DIR (benchmarks/profile_decode.py's profile-summary.json
+      tau_kernel_us,        of Qwen3-30B-A3B tp1): at batch 1, the weight-streaming kernels (GEMM
+      t_fixed_ms            and MoE classes) read the step's weight bytes at eta_weights x BW; the
+                            rest of a CUDA-graph replay's span (small kernels and the gaps between
+                            nodes, attention at 256 tokens of context aside) per kernel node is
+                            tau_kernel_us; the GPU's step period minus the replay's span is t_fixed
+  M6  eta_kv                the same profile's decode-attention time at batch >= 8 against the KV
+                            bytes the step reads: the least-squares slope is 1 / (eta_kv x BW)
 
     .venv/bin/python benchmarks/pin_constants.py            # print
     .venv/bin/python benchmarks/pin_constants.py --write    # and store module_utils/.../data/speed_measured.json
+    .venv/bin/python benchmarks/pin_constants.py --profile benchmarks/results/<lease>/prof-qwen3-30b-a3b
 
 Each entry names the `figures` it used up (a record, or record@concurrency for one level):
 bench_predict.py prints them in its group `h200-pins`, not as checks.
@@ -53,13 +62,13 @@ def _level(rec, conc):
     return next(lv for lv in rec["levels"] if lv["concurrency"] == conc)
 
 
-def _model(rec):
+def _model(rec, hw=H200):
     """The speed model of the record's server as it ran (its argv)."""
     _, p = bench_predict.model(
-        "qwen3-30b-a3b", {"name": rec["layout"], "tp": 1, "args": {"load_format": "dummy"}}, H200, {}
+        "qwen3-30b-a3b", {"name": rec["layout"], "tp": 1, "args": {"load_format": "dummy"}}, hw, {}
     )
     p["argv"] = rec["argv"]
-    m, _ = speed.model_for(p, H200)
+    m, _ = speed.model_for(p, hw)
     return m
 
 
@@ -155,12 +164,105 @@ def pin_prefill():
     }
 
 
+STREAMING = ("gemm", "moe")  # profile_decode.py's kernel classes that stream weights
+
+
+def _profile_points(folder):
+    with open(os.path.join(REPO, folder, "profile-summary.json"), encoding="utf-8") as f:
+        doc = json.load(f)
+    points = {p["point"]: p for p in doc["points"] if p.get("point") and p.get("profile", {}).get("steps")}
+    return doc, points
+
+
+def _class_us(profile, names):
+    return sum(profile["by_class"].get(n, {}).get("us", 0.0) for n in names)
+
+
+def pin_profile(folder, hw):
+    """M3 and M6 from one profile of Qwen3-30B-A3B tp1 (decode steps replayed from CUDA graphs)."""
+    doc, points = _profile_points(folder)
+    one = next((p for p in points.values() if p["batch"] == 1), None)
+    if one is None:
+        raise SystemExit(f"{folder}: no batch-1 point to pin eta_weights and tau_kernel_us from")
+    m = _model({"layout": "tp1", "argv": doc.get("argv") or []}, hw)
+    pr = one["profile"]
+    st = m.stages[0]
+    layers = int(st["layers"])
+    weight_bytes = float(st.get("dense_bytes", 0)) + float(st.get("expert_bytes", 0)) * m.expert_share(1)
+    streaming_us = _class_us(pr, STREAMING)
+    attention_us = _class_us(pr, ("attention_decode",))
+    kernels = pr["kernels_per_step"][len(pr["kernels_per_step"]) // 2]
+    eta_w = weight_bytes / (streaming_us * 1e-6 * m.bw)
+    rest_us = pr["span_us_median"] - streaming_us - attention_us
+    tau = rest_us / kernels
+    src = f"{folder}/profile-summary.json ({one['point']})"
+    cmd = f"PROFILE_MODEL=qwen3-30b-a3b benchmarks/gpu_lease.sh profile  # {folder}"
+    out = {
+        "eta_weights": {
+            "value": round(eta_w, 3),
+            "source": src,
+            "figures": [],
+            "derivation": f"{weight_bytes / 1e9:.3f} GB of weights per step at batch 1 / ({streaming_us:.1f} us of "
+            f"GEMM and MoE kernels x {m.bw / 1e9:.0f} GB/s)",
+            "command": cmd,
+        },
+        "tau_kernel_us": {
+            "value": round(tau, 3),
+            "source": src,
+            "figures": [],
+            "derivation": f"(replay span {pr['span_us_median']:.1f} us - streaming {streaming_us:.1f} us - decode "
+            f"attention {attention_us:.1f} us) / {kernels} kernel nodes ({kernels / layers:.1f} per layer; "
+            f"the model counts {m.k_layer})",
+            "command": cmd,
+        },
+    }
+    if pr.get("outside_replay_us_median") is not None:
+        out["t_fixed_ms"] = {
+            "value": round(pr["outside_replay_us_median"] / 1e3, 4),
+            "source": src,
+            "figures": [],
+            "derivation": f"step period {pr['period_us_median']:.1f} us - replay span {pr['span_us_median']:.1f} us",
+            "command": cmd,
+        }
+    pts = []
+    for p in points.values():
+        if p["batch"] < 8:
+            continue
+        # context while profiled: the prompt and about the tokens each request had then
+        ctx = p["prompt_tokens"] + 16
+        kv = m._kv_read_bytes(layers, p["batch"], p["batch"] * ctx)
+        pts.append((kv, _class_us(p["profile"], ("attention_decode",)) * 1e-6, p["point"]))
+    if len(pts) >= 2:
+        n = len(pts)
+        mx = sum(x for x, _, _ in pts) / n
+        my = sum(y for _, y, _ in pts) / n
+        slope = sum((x - mx) * (y - my) for x, y, _ in pts) / sum((x - mx) ** 2 for x, _, _ in pts)
+        out["eta_kv"] = {
+            "value": round(1.0 / (slope * m.bw), 3),
+            "source": f"{folder}/profile-summary.json ({', '.join(name for _, _, name in pts)})",
+            "figures": [],
+            "derivation": "decode-attention seconds per step against KV bytes read: "
+            + ", ".join(f"{name}: {x / 1e9:.3f} GB, {y * 1e6:.1f} us" for x, y, name in pts)
+            + "; least-squares slope = 1 / (eta_kv x BW)",
+            "command": cmd,
+        }
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="store the values in " + speed.MEASURED_DATA)
+    ap.add_argument("--profile", help="a profile_decode.py folder of Qwen3-30B-A3B tp1 (M3, M6)")
+    ap.add_argument(
+        "--profile-gpu", default="NVIDIA H200", help="the GPU that profile ran on (its bandwidth)"
+    )
     a = ap.parse_args(argv)
     pinned = {}
-    for step in (pin_eager, pin_sched, pin_prefill):
+    steps = [pin_eager, pin_sched, pin_prefill]
+    if a.profile:
+        hw = {**H200, "gpu_name": a.profile_gpu}
+        steps.insert(0, lambda: pin_profile(a.profile, hw))
+    for step in steps:
         got = step()
         for name, entry in got.items():
             _set(name, entry["value"])  # later steps see the earlier pins
