@@ -1,0 +1,152 @@
+"""benchmarks/profile_decode.py reduces torch-profiler traces to decode steps, and
+benchmarks/pin_constants.py --profile turns that summary into speed.py's constants.
+
+The traces here are kineto's chrome-trace shape (kernel events of category `kernel`, the
+`cudaGraphLaunch` runtime event whose correlation id every kernel of the replay carries), built by
+hand so that each figure is known; a real trace's reduction is committed with its lease."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+
+import pytest
+
+from tests.helpers.playbook import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import pin_constants
+import profile_decode
+
+
+def _kernel(name, ts, dur, corr):
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": {"correlation": corr}}
+
+
+def _launch(ts, corr):
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaGraphLaunch",
+        "ts": ts,
+        "dur": 4,
+        "args": {"correlation": corr},
+    }
+
+
+def _replays(steps=3, period=1000.0):
+    """Each replay: a GEMM (10 us), decode attention (5 us), a fused MoE (20 us), an RMSNorm (2 us),
+    2 us apart; one eager sampling kernel after each replay (another correlation id)."""
+    ev = []
+    for s in range(steps):
+        t = s * period
+        ev.append(_launch(t, 100 + s))
+        cur = t + 50
+        for name, dur in (
+            ("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", 10),
+            ("_fwd_grouped_kernel_stage1", 5),
+            ("fused_moe_kernel", 20),
+            ("rms_norm_kernel", 2),
+        ):
+            ev.append(_kernel(name, cur, dur, 100 + s))
+            cur += dur + 2
+        ev.append(_kernel("argmax_kernel", cur + 30, 3, 900 + s))
+    return ev
+
+
+def test_a_step_is_one_graph_replay_and_its_span_splits_into_kernels_and_gaps(tmp_path):
+    (tmp_path / "traces").mkdir()
+    with gzip.open(tmp_path / "traces" / "b1-p256-1-TP-0.trace.json.gz", "wt") as f:
+        json.dump({"traceEvents": _replays()}, f)
+    (tmp_path / "run.json").write_text(
+        json.dumps(
+            {
+                "points": [
+                    {
+                        "point": "b1-p256",
+                        "batch": 1,
+                        "prompt_tokens": 256,
+                        "trace": "b1-p256-1-TP-0.trace.json.gz",
+                    }
+                ]
+            }
+        )
+    )
+    assert profile_decode.main(["analyze", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "profile-summary.json").read_text())
+    (point,) = doc["points"]
+    assert point["point"] == "b1-p256" and point["batch"] == 1
+    pr = point["profile"]
+    assert pr["segmented_by"] == "cuda_graph" and pr["steps"] == 3
+    # the eager argmax is not part of the replay
+    assert pr["kernels_per_step"] == [4, 4, 4]
+    assert pr["span_us_median"] == 43.0 and pr["busy_us_median"] == 37.0 and pr["idle_us_median"] == 6.0
+    assert pr["idle_us_per_kernel_boundary"] == 2.0
+    assert pr["period_us_median"] == 1000.0 and pr["outside_replay_us_median"] == 957.0
+    assert {c: v["us"] for c, v in pr["by_class"].items()} == {
+        "moe": 20.0,
+        "gemm": 10.0,
+        "attention_decode": 5.0,
+        "norm": 2.0,
+    }
+
+
+def test_without_graph_launches_steps_are_cut_at_idle_gaps():
+    ev = [e for e in _replays() if e["cat"] == "kernel"]
+    steps, how = profile_decode.steps_of(ev, step_gap_us=200)
+    assert how == "idle_gaps"
+    # eager: the sampling kernel belongs to the step it follows
+    assert [len(s) for s in steps] == [5, 5, 5]
+
+
+@pytest.mark.parametrize(
+    ("name", "cls"),
+    [
+        ("_fwd_kernel_stage2", "attention_decode"),
+        ("fused_moe_kernel", "moe"),
+        ("moe_align_block_size_kernel", "moe"),
+        ("nvjet_tst_128x8_64x12_2x1_v_bz_TNN", "gemm"),
+        ("void at::native::vectorized_elementwise_kernel<4, ...>", "elementwise"),
+        ("FusedAddRMSNormKernel", "norm"),
+    ],
+)
+def test_kernel_classes(name, cls):
+    assert profile_decode.kernel_class(name) == cls
+
+
+def test_pins_come_from_the_profile_with_the_models_own_bytes(tmp_path):
+    """eta_weights is the model's batch-1 weight bytes over the streaming kernels' time; tau_kernel_us
+    the rest of the span per node; eta_kv the inverse slope of attention time against KV bytes."""
+    folder = tmp_path / "prof"
+    folder.mkdir()
+
+    def point(name, batch, prompt, span, gemm, moe, attn, kernels=960, period=None):
+        prof = {
+            "steps": 6,
+            "kernels_per_step": [kernels] * 6,
+            "span_us_median": span,
+            "by_class": {"gemm": {"us": gemm}, "moe": {"us": moe}, "attention_decode": {"us": attn}},
+        }
+        if period:
+            prof["period_us_median"] = period
+            prof["outside_replay_us_median"] = period - span
+        return {"point": name, "batch": batch, "prompt_tokens": prompt, "profile": prof}
+
+    hw = pin_constants.H200
+    m = pin_constants._model({"layout": "tp1", "argv": []}, hw)
+    layers = int(m.stages[0]["layers"])
+    eta_kv = 0.5
+    pts = [point("b1-p256", 1, 256, 3000.0, 700.0, 900.0, 60.0, period=3200.0)]
+    for name, b, p in (("b64-p256", 64, 256), ("b32-p2048", 32, 2048)):
+        kv = m._kv_read_bytes(layers, b, b * (p + 16))
+        pts.append(point(name, b, p, 9000.0, 1500.0, 5000.0, 40.0 + 1e6 * kv / (eta_kv * m.bw)))
+    (folder / "profile-summary.json").write_text(json.dumps({"argv": [], "points": pts}))
+    pins = pin_constants.pin_profile(str(folder), hw)
+    st = m.stages[0]
+    weight_bytes = st["dense_bytes"] + st["expert_bytes"] * m.expert_share(1)
+    assert pins["eta_weights"]["value"] == round(weight_bytes / (1600e-6 * m.bw), 3)
+    assert pins["tau_kernel_us"]["value"] == round((3000.0 - 1600.0 - 60.0) / 960, 3)
+    assert pins["t_fixed_ms"]["value"] == 0.2
+    assert pins["eta_kv"]["value"] == pytest.approx(eta_kv, abs=1e-3)
