@@ -99,11 +99,13 @@ capture)
   ;;
 profile)
   # Issue 25's M3/M6: torch-profiler traces of decode steps (benchmarks/profile_decode.py), with the
-  # venv and model folder the sweep left; as root, outside the units (a measurement, not a service).
+  # venv and model folder the sweep left, outside the units (a measurement, not a service), as the
+  # service user with its home, so that the JIT kernels the sweep built are not built again.
   M=${PROFILE_MODEL:-qwen3-30b-a3b}; P=/tmp/prof-$M
-  rm -rf $P && mkdir -p $P
-  env PATH=/opt/sglang/venv/bin:/opt/torch/.venv/bin:/usr/local/cuda/bin:$PATH HF_HUB_OFFLINE=1 \
-    timeout "${PROFILE_S:-540}" python3 benchmarks/profile_decode.py run --python /opt/sglang/venv/bin/python \
+  rm -rf $P && mkdir -p $P && cp benchmarks/profile_decode.py $P/ && chown -R sglang $P
+  runuser -u sglang -- env HOME=/var/lib/sglang CUDA_HOME=/usr/local/cuda CUDA_VISIBLE_DEVICES=0 \
+    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PATH=/opt/sglang/venv/bin:/opt/torch/.venv/bin:/usr/local/cuda/bin:/usr/bin:/bin \
+    timeout "${PROFILE_S:-540}" python3 $P/profile_decode.py run --python /opt/sglang/venv/bin/python \
     --model-path /var/lib/sglang-models/$M --out $P --points "${POINTS:-1x256,64x256,32x2048,8x7680}" -- \
     --tp-size 1 --mem-fraction-static 0.88 --attention-backend triton --grammar-backend none \
     --context-length 8192 --max-running-requests 64 ${PROFILE_ARGS:-}
