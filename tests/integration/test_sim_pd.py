@@ -91,6 +91,7 @@ def test_a_request_is_prefilled_transferred_and_decoded():
         got = pd_request(prefill, decode, bootstrap, prompt, max_new=5)
         with urllib.request.urlopen(prefill.url("/metrics"), timeout=30) as r:
             metrics = r.read().decode()
+        prefill.wait_for_line(f"#new-token: {prompt}")  # as read by the log's reader, not raced
         prefill_text, decode_text = prefill.text, decode.text
     _, plan = kimi_plan(tp=8)
     transfer = kv_transfer_s(plan["kv_bytes_per_token"], prompt, link_gbs)
@@ -159,6 +160,9 @@ def test_bootstrap_timeout_then_decode_waiting_timeout():
         prefill.wait_ready()
         decode.wait_ready()
         got = pd_request(prefill, decode, bootstrap, 16)
+        # a server logs its failure as it answers: the line may reach the reader after the answer
+        prefill.wait_for_line("in KVPoll.Bootstrapping")
+        decode.wait_for_line("in KVPoll.WaitingForInput")
         p_text, d_text = prefill.text, decode.text
     assert got["prefill"][0] == 500 and got["decode"][0] == 500
     assert "timed out after 0.5s in KVPoll.Bootstrapping" in p_text
