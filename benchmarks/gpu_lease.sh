@@ -59,7 +59,12 @@ start)
   ;;
 poll)
   end=$((SECONDS + ${2:-500}))
-  while [ $SECONDS -lt $end ]; do grep -q '^EXIT=' /tmp/gpu-sweep.log && break; sleep 5; done
+  # the logs so far go to $OUT on every turn: a call cut short by its limit (or the lease's budget)
+  # still brings back the engine's start (its memory lines) and the sweep's log
+  while [ $SECONDS -lt $end ]; do
+    [ -n "${OUT:-}" ] && mkdir -p $OUT/live && cp /tmp/gpu-sweep.log /var/lib/sglang/run/*.log $OUT/live/ 2>/dev/null
+    grep -q '^EXIT=' /tmp/gpu-sweep.log && break; sleep 5
+  done
   grep -E '^== gpu-sweep|gpu-host sglang-|fatal:|failed=|FAILED|EXIT=|ok=' /tmp/gpu-sweep.log | tail -60
   tail -5 /tmp/gpu-sweep.log
   ;;
@@ -114,7 +119,8 @@ profile)
   gzip -c $P/server.log > $OUT/prof-$M/server.log.gz; ls -la $OUT/prof-$M
   ;;
 pack)
-  mkdir -p $OUT; cp /tmp/gpu-sweep.log /tmp/task-times.jsonl /tmp/capture-no-ninja.log /tmp/keyed.log /tmp/keyed-probe.log $OUT/ 2>/dev/null
+  mkdir -p $OUT; rm -rf $OUT/live  # poll's copies: the pack holds them whole
+  cp /tmp/gpu-sweep.log /tmp/task-times.jsonl /tmp/capture-no-ninja.log /tmp/keyed.log /tmp/keyed-probe.log $OUT/ 2>/dev/null
   tar czf $OUT/results.tgz results build/plan /var/lib/sglang/run/*.log 2>/dev/null; ls -la $OUT
   ;;
 esac
