@@ -228,9 +228,10 @@ def pin_profile(folder, hw):
     for p in points.values():
         if p["batch"] < 8:
             continue
-        # context while profiled: the prompt and about the tokens each request had then
-        ctx = p["prompt_tokens"] + 16
-        kv = m._kv_read_bytes(layers, p["batch"], p["batch"] * ctx)
+        # context while profiled: the prompt, the tokens decoded when the profile was asked for, and
+        # half the profiled steps
+        ctx = p["prompt_tokens"] + p["decoded_at_profile"] + p["profile"]["steps"] / 2
+        kv = m.kv_read_bytes(layers, p["batch"], p["batch"] * ctx)
         pts.append((kv, _class_us(p["profile"], ("attention_decode",)) * 1e-6, p["point"]))
     if len(pts) >= 2:
         n = len(pts)

@@ -125,35 +125,52 @@ class Stream(threading.Thread):
             self.error = str(exc)
 
 
-def new_trace(folder: str, before: set[str], ceiling_s: float) -> str | None:
+def wave(base: str, batch: int, prompt: int, vocab: int, max_new: int, rng: random.Random) -> list[Stream]:
+    """`batch` requests of `prompt` random tokens, started at once."""
+    streams = [Stream(base, [rng.randrange(10, vocab) for _ in range(prompt)], max_new) for _ in range(batch)]
+    for s in streams:
+        s.start()
+    return streams
+
+
+DONE_LINE = "Profiling done."  # SGLang's scheduler logs it once the trace file is written
+
+
+def profiled(log_path: str, done_before: int, folder: str, before: set[str], ceiling_s: float) -> str | None:
+    """This profile's trace: the new file, once the server has logged that it is written."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < ceiling_s:
-        done = [
-            p
-            for p in set(glob.glob(os.path.join(folder, "*.trace.json.gz"))) - before
-            if os.path.getsize(p) > 0
-        ]
-        if done:
-            time.sleep(1)  # the writer closes the file before the next check
-            return sorted(done)[0]
+        with open(log_path, errors="replace") as f:
+            if f.read().count(DONE_LINE) > done_before:
+                new = sorted(set(glob.glob(os.path.join(folder, "*.trace.json.gz"))) - before)
+                return new[0] if new else None
         time.sleep(0.5)
     return None
 
 
 def run_point(
-    base: str, folder: str, batch: int, prompt: int, vocab: int, steps: int, rng: random.Random, label: str
+    base: str,
+    log_path: str,
+    folder: str,
+    batch: int,
+    prompt: int,
+    vocab: int,
+    steps: int,
+    rng: random.Random,
+    label: str,
 ) -> dict:
     # long enough that the profile (started once every request decodes) ends well before the requests
     max_new = 600 if prompt < 4096 else 300
-    streams = [Stream(base, [rng.randrange(10, vocab) for _ in range(prompt)], max_new) for _ in range(batch)]
-    for s in streams:
-        s.start()
+    streams = wave(base, batch, prompt, vocab, max_new, rng)
     # every request decoding: each has at least 8 tokens
     t0 = time.monotonic()
     while any(len(s.times) < 8 and s.is_alive() for s in streams) and time.monotonic() - t0 < 300:
         time.sleep(0.05)
     os.makedirs(folder, exist_ok=True)
     before = set(glob.glob(os.path.join(folder, "*.trace.json.gz")))
+    with open(log_path, errors="replace") as f:
+        done_before = f.read().count(DONE_LINE)
+    decoded = statistics.median(len(s.times) for s in streams)
     _post(
         base + "/start_profile",
         {
@@ -165,7 +182,7 @@ def run_point(
             "profile_prefix": label,
         },
     )
-    trace = new_trace(folder, before, 120)
+    trace = profiled(log_path, done_before, folder, before, 120)
     for s in streams:
         s.join(600)
     gaps = []
@@ -175,6 +192,8 @@ def run_point(
         "point": label,
         "batch": batch,
         "prompt_tokens": prompt,
+        # tokens each request had decoded (median) when the profile was asked for: the context it saw
+        "decoded_at_profile": decoded,
         "max_new_tokens": max_new,
         "trace": os.path.basename(trace) if trace else None,
         "errors": [s.error for s in streams if s.error],
@@ -194,7 +213,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         "--port", str(a.port), "--load-format", "dummy", "--trust-remote-code", *a.server_args,
     ]  # fmt: skip
     env = {**os.environ, "SGLANG_TORCH_PROFILER_DIR": os.path.join(a.out, "traces")}
-    with open(os.path.join(a.out, "server.log"), "w") as log:
+    log_path = os.path.join(a.out, "server.log")
+    with open(log_path, "w") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     result = {"schema": SCHEMA, "argv": argv, "points": []}
     try:
@@ -203,21 +223,18 @@ def cmd_run(a: argparse.Namespace) -> int:
         # one warm-up wave per batch size, so no capture or compile lands in a profiled step
         for spec in a.points.split(","):
             batch, prompt = (int(x) for x in spec.lower().split("x"))
-            streams = [
-                Stream(base, [rng.randrange(10, vocab) for _ in range(prompt)], 16) for _ in range(batch)
-            ]
-            for s in streams:
-                s.start()
-            for s in streams:
+            for s in wave(base, batch, prompt, vocab, 16, rng):
                 s.join(600)
         # the profiler's first start pays for CUPTI's set-up: once here, its trace set aside
         result["profiler_warmup"] = run_point(
-            base, os.path.join(a.out, "warmup"), 1, 256, vocab, 2, rng, "warmup"
+            base, log_path, os.path.join(a.out, "warmup"), 1, 256, vocab, 2, rng, "warmup"
         )
         for spec in a.points.split(","):
             batch, prompt = (int(x) for x in spec.lower().split("x"))
             label = f"b{batch}-p{prompt}"
-            point = run_point(base, os.path.join(a.out, "traces"), batch, prompt, vocab, a.steps, rng, label)
+            point = run_point(
+                base, log_path, os.path.join(a.out, "traces"), batch, prompt, vocab, a.steps, rng, label
+            )
             print(json.dumps(point), flush=True)
             result["points"].append(point)
     finally:

@@ -400,14 +400,14 @@ class SpeedModel:
             attn_flops = 4 * tokens * span * self.attn_dim / self.attn_tp * layers
         eta_a = c("eta_f_attn_triton") if self.attention_backend == "triton" else eta_d
         compute = dense_flops / (eta_d * f_d) + routed_flops / (eta_r * f_r) + attn_flops / (eta_a * f_d)
-        kv = 0.0 if prefill else self._kv_read_bytes(layers, tokens, kv_tokens) / (c("eta_kv") * self.bw)
+        kv = 0.0 if prefill else self.kv_read_bytes(layers, tokens, kv_tokens) / (c("eta_kv") * self.bw)
         floors = layers * self.k_layer * c("tau_kernel_us") * 1e-6
         if self.quant == "fp8_block":
             floors += layers * c("q_extra_fp8_us") * 1e-6
         collective = int(st.get("collectives", 0)) * self.allreduce_s(tokens)
         return {"memory": memory + kv, "compute": compute, "kernel_latency": floors, "collective": collective}
 
-    def _kv_read_bytes(self, layers: int, requests: int, kv_tokens: float) -> float:
+    def kv_read_bytes(self, layers: int, requests: int, kv_tokens: float) -> float:
         """KV bytes one decode step reads: full layers read every token in use, sliding-window layers at
         most the window of each request, linear-attention layers their fixed state (decode_cost's kv_layers)."""
         kvl = self.cost.get("kv_layers") or {}

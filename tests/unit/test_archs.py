@@ -182,7 +182,7 @@ def test_speed_reads_a_window_on_sliding_layers_and_says_unchecked(repo):
     lay = plan_one(config(repo, "gpt-oss-120b"))
     assert any("unchecked" in a for a in lay["speed"]["assumptions"])
     model = SpeedModel(lay, H200_1, gpu_spec("NVIDIA H200"))
-    swa_read = model._kv_read_bytes(36, 8, 8 * 4096)
+    swa_read = model.kv_read_bytes(36, 8, 8 * 4096)
     full_read = model.kv_bytes * 36 * 8 * 4096
     assert swa_read == pytest.approx(model.kv_bytes * (18 * 8 * 4096 + 18 * 8 * 128))
     assert swa_read < full_read
@@ -207,6 +207,6 @@ def test_gemma3_decode_reads_a_window_on_its_sliding_layers(repo):
     lay = plan_one(config(repo, "gemma-3-27b-text"))
     model = SpeedModel(lay, H200_1, gpu_spec("NVIDIA H200"))
     # 62 layers, every 6th global: 10 full, 52 sliding with a 1024-token window
-    assert model._kv_read_bytes(62, 4, 4 * 8192) == pytest.approx(
+    assert model.kv_read_bytes(62, 4, 4 * 8192) == pytest.approx(
         model.kv_bytes * (10 * 4 * 8192 + 52 * 4 * 1024)
     )

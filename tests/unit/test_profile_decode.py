@@ -132,7 +132,13 @@ def test_pins_come_from_the_profile_with_the_models_own_bytes(tmp_path):
         if period:
             prof["period_us_median"] = period
             prof["outside_replay_us_median"] = period - span
-        return {"point": name, "batch": batch, "prompt_tokens": prompt, "profile": prof}
+        return {
+            "point": name,
+            "batch": batch,
+            "prompt_tokens": prompt,
+            "decoded_at_profile": 10,
+            "profile": prof,
+        }
 
     hw = pin_constants.H200
     m = pin_constants._model({"layout": "tp1", "argv": []}, hw)
@@ -140,7 +146,7 @@ def test_pins_come_from_the_profile_with_the_models_own_bytes(tmp_path):
     eta_kv = 0.5
     pts = [point("b1-p256", 1, 256, 3000.0, 700.0, 900.0, 60.0, period=3200.0)]
     for name, b, p in (("b64-p256", 64, 256), ("b32-p2048", 32, 2048)):
-        kv = m._kv_read_bytes(layers, b, b * (p + 16))
+        kv = m.kv_read_bytes(layers, b, b * (p + 10 + 6 / 2))  # 10 decoded, 6 steps profiled
         pts.append(point(name, b, p, 9000.0, 1500.0, 5000.0, 40.0 + 1e6 * kv / (eta_kv * m.bw)))
     (folder / "profile-summary.json").write_text(json.dumps({"argv": [], "points": pts}))
     pins = pin_constants.pin_profile(str(folder), hw)
