@@ -47,7 +47,13 @@ CLASSES = [
         r"_fwd_(grouped_)?kernel_stage[12]|decode_attention|flash_decod|mla_decode|_decode_",
     ),
     ("attention_prefill", r"_fwd_kernel|extend_attention|flash_fwd|prefill"),
-    ("moe", r"fused_moe|moe_align|moe_sum|marlin|matmul_ogs|topk|top_k|_moe_|expert|count_and_sort"),
+    # triton_kernels' MoE path (gpt-oss, mxfp4) routes with bitmatrix / ragged-metadata kernels and
+    # combines with `_reduce`; the bf16 fused_moe path routes with `_router_triton_kernel`.
+    (
+        "moe",
+        r"fused_moe|moe_align|moe_sum|marlin|matmul_ogs|topk|top_k|_moe_|expert|count_and_sort"
+        r"|_router_triton|bitmatrix|ragged_tensor_metadata|^_reduce$",
+    ),
     ("gemm", r"nvjet|gemm|gemv|cutlass|xmma|sm90_|ampere_|cublas|Kernel2|splitKreduce|dot_kernel"),
     ("norm", r"rms|norm"),
     ("rope", r"rotary|rope"),
