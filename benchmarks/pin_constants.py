@@ -11,11 +11,13 @@ stand, so the arithmetic is here to rerun and to read:
       eta_f_attn_triton     the prefill is host-bound (t_request), at 4096 the triton extend
                             attention's FLOP efficiency is what is left (bisection)
   M3  eta_weights,          with --profile DIR (benchmarks/profile_decode.py's profile-summary.json
-      tau_kernel_us,        of Qwen3-30B-A3B tp1): at batch 1, the weight-streaming kernels (GEMM
-      t_fixed_ms            and MoE classes) read the step's weight bytes at eta_weights x BW; the
-                            rest of a CUDA-graph replay's span (small kernels and the gaps between
-                            nodes, attention at 256 tokens of context aside) per kernel node is
-                            tau_kernel_us; the GPU's step period minus the replay's span is t_fixed
+      tau_kernel_us,        of Qwen3-30B-A3B tp1): the weight-streaming kernels' time (GEMM and MoE
+      t_fixed_ms            classes) against the weight bytes each point's step reads, a least-squares
+                            line whose slope is 1 / (eta_weights x BW); what a batch-1 replay's span
+                            spends beyond its weight and KV bytes, per kernel node, is tau_kernel_us;
+                            the GPU's step period minus the replay's span is t_fixed
+  M3  q_extra_mxfp4_us      with --profile-mxfp4 DIR (gpt-oss-120b tp1, the triton_kernels MXFP4 MoE):
+                            the batch-1 replay's span beyond the model's step, per layer
   M6  eta_kv                the same profile's decode-attention time at batch >= 8 against the KV
                             bytes the step reads: the least-squares slope is 1 / (eta_kv x BW)
 
@@ -99,11 +101,7 @@ def pin_sched():
         (lv["concurrency"], lv["itl_ms"]["p50"] - _level(on, lv["concurrency"])["itl_ms"]["p50"])
         for lv in off["levels"]
     ]
-    n = len(pts)
-    mx = sum(b for b, _ in pts) / n
-    my = sum(d for _, d in pts) / n
-    slope = sum((b - mx) * (d - my) for b, d in pts) / sum((b - mx) ** 2 for b, _ in pts)
-    base = my - slope * mx
+    slope, base = _least_squares(pts)
     how = "ITL p50 without - with the overlap scheduler by running requests: " + ", ".join(
         f"{b}: {d:.3f} ms" for b, d in pts
     )
@@ -178,76 +176,136 @@ def _class_us(profile, names):
     return sum(profile["by_class"].get(n, {}).get("us", 0.0) for n in names)
 
 
+def _least_squares(pts):
+    """(slope, intercept) of the least-squares line through (x, y) points."""
+    n = len(pts)
+    mx = sum(x for x, _ in pts) / n
+    my = sum(y for _, y in pts) / n
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    return slope, my - slope * mx
+
+
 def pin_profile(folder, hw):
     """M3 and M6 from one profile of Qwen3-30B-A3B tp1 (decode steps replayed from CUDA graphs)."""
     doc, points = _profile_points(folder)
     one = next((p for p in points.values() if p["batch"] == 1), None)
     if one is None:
-        raise SystemExit(f"{folder}: no batch-1 point to pin eta_weights and tau_kernel_us from")
+        raise SystemExit(f"{folder}: no batch-1 point to pin tau_kernel_us and t_fixed_ms from")
     m = _model({"layout": "tp1", "argv": doc.get("argv") or []}, hw)
-    pr = one["profile"]
     st = m.stages[0]
     layers = int(st["layers"])
-    weight_bytes = float(st.get("dense_bytes", 0)) + float(st.get("expert_bytes", 0)) * m.expert_share(1)
-    streaming_us = _class_us(pr, STREAMING)
-    attention_us = _class_us(pr, ("attention_decode",))
-    kernels = pr["kernels_per_step"][len(pr["kernels_per_step"]) // 2]
-    eta_w = weight_bytes / (streaming_us * 1e-6 * m.bw)
-    rest_us = pr["span_us_median"] - streaming_us - attention_us
-    tau = rest_us / kernels
-    src = f"{folder}/profile-summary.json ({one['point']})"
+    src = f"{folder}/profile-summary.json"
     cmd = f"PROFILE_MODEL=qwen3-30b-a3b benchmarks/gpu_lease.sh profile  # {folder}"
-    out = {
-        "eta_weights": {
-            "value": round(eta_w, 3),
-            "source": src,
+
+    def weight_bytes(batch):
+        return float(st.get("dense_bytes", 0)) + float(st.get("expert_bytes", 0)) * m.expert_share(batch)
+
+    def context(p):
+        # while profiled: the prompt, the tokens decoded when the profile was asked for, half the steps
+        return p["prompt_tokens"] + p["decoded_at_profile"] + p["profile"]["steps"] / 2
+
+    def line(pts, what, name):
+        if len({round(x) for x, _, _ in pts}) < 2:
+            raise SystemExit(f"{folder}: {name} needs points that read different {what}")
+        slope, intercept = _least_squares([(x, y) for x, y, _ in pts])
+        how = ", ".join(f"{n}: {x / 1e9:.3f} GB, {y * 1e6:.1f} us" for x, y, n in pts)
+        return 1.0 / (slope * m.bw), intercept, how, ", ".join(n for _, _, n in pts)
+
+    out = {}
+    # M6: decode attention against the KV bytes it reads, where the reads are large (batch >= 8)
+    kv_pts = [
+        (
+            m.kv_read_bytes(layers, p["batch"], p["batch"] * context(p)),
+            _class_us(p["profile"], ("attention_decode",)) * 1e-6,
+            p["point"],
+        )
+        for p in points.values()
+        if p["batch"] >= 8
+    ]
+    if len(kv_pts) >= 2:
+        eta_kv, _, how, names = line(kv_pts, "KV bytes", "eta_kv")
+        out["eta_kv"] = {
+            "value": round(eta_kv, 3),
+            "source": f"{src} ({names})",
             "figures": [],
-            "derivation": f"{weight_bytes / 1e9:.3f} GB of weights per step at batch 1 / ({streaming_us:.1f} us of "
-            f"GEMM and MoE kernels x {m.bw / 1e9:.0f} GB/s)",
+            "derivation": f"decode-attention time per step against KV bytes read: {how}; least-squares slope "
+            f"= 1 / (eta_kv x {m.bw / 1e9:.0f} GB/s)",
             "command": cmd,
-        },
-        "tau_kernel_us": {
-            "value": round(tau, 3),
-            "source": src,
-            "figures": [],
-            "derivation": f"(replay span {pr['span_us_median']:.1f} us - streaming {streaming_us:.1f} us - decode "
-            f"attention {attention_us:.1f} us) / {kernels} kernel nodes ({kernels / layers:.1f} per layer; "
-            f"the model counts {m.k_layer})",
-            "command": cmd,
-        },
+        }
+    # M3: the weight-streaming kernels' time against the bytes they read, over every point; the
+    # intercept is their part of the per-kernel floors (a batch-1 GEMV is latency-bound, so batch 1
+    # alone would put the floors into eta_weights)
+    stream = [
+        (weight_bytes(p["batch"]), _class_us(p["profile"], STREAMING) * 1e-6, p["point"])
+        for p in points.values()
+    ]
+    eta_w, intercept, how, names = line(stream, "weight bytes (batch sizes)", "eta_weights")
+    out["eta_weights"] = {
+        "value": round(eta_w, 3),
+        "source": f"{src} ({names})",
+        "figures": [],
+        "derivation": f"GEMM and MoE kernel time per step against the weight bytes it reads: {how}; least-squares "
+        f"slope = 1 / (eta_weights x {m.bw / 1e9:.0f} GB/s), intercept {intercept * 1e6:.0f} us (their floors)",
+        "command": cmd,
+    }
+    # what the batch-1 replay spends beyond streaming its weights and KV is one floor per kernel node
+    pr = one["profile"]
+    kernels = pr["kernels_per_step"][len(pr["kernels_per_step"]) // 2]
+    bytes_us = weight_bytes(1) / (eta_w * m.bw) * 1e6
+    eta_kv = out["eta_kv"]["value"] if "eta_kv" in out else speed.c("eta_kv")
+    kv_us = m.kv_read_bytes(layers, 1, context(one)) / (eta_kv * m.bw) * 1e6
+    out["tau_kernel_us"] = {
+        "value": round((pr["span_us_median"] - bytes_us - kv_us) / kernels, 3),
+        "source": f"{src} ({one['point']})",
+        "figures": [],
+        "derivation": f"(replay span {pr['span_us_median']:.1f} us - weights {weight_bytes(1) / 1e9:.3f} GB at "
+        f"eta_weights, {bytes_us:.1f} us - KV {kv_us:.1f} us) / {kernels} kernel nodes ({kernels / layers:.2f} "
+        f"per layer; the model counts {m.k_layer})",
+        "command": cmd,
     }
     if pr.get("outside_replay_us_median") is not None:
         out["t_fixed_ms"] = {
             "value": round(pr["outside_replay_us_median"] / 1e3, 4),
-            "source": src,
+            "source": f"{src} ({one['point']})",
             "figures": [],
             "derivation": f"step period {pr['period_us_median']:.1f} us - replay span {pr['span_us_median']:.1f} us",
             "command": cmd,
         }
-    pts = []
-    for p in points.values():
-        if p["batch"] < 8:
-            continue
-        # context while profiled: the prompt, the tokens decoded when the profile was asked for, and
-        # half the profiled steps
-        ctx = p["prompt_tokens"] + p["decoded_at_profile"] + p["profile"]["steps"] / 2
-        kv = m.kv_read_bytes(layers, p["batch"], p["batch"] * ctx)
-        pts.append((kv, _class_us(p["profile"], ("attention_decode",)) * 1e-6, p["point"]))
-    if len(pts) >= 2:
-        n = len(pts)
-        mx = sum(x for x, _, _ in pts) / n
-        my = sum(y for _, y, _ in pts) / n
-        slope = sum((x - mx) * (y - my) for x, y, _ in pts) / sum((x - mx) ** 2 for x, _, _ in pts)
-        out["eta_kv"] = {
-            "value": round(1.0 / (slope * m.bw), 3),
-            "source": f"{folder}/profile-summary.json ({', '.join(name for _, _, name in pts)})",
-            "figures": [],
-            "derivation": "decode-attention seconds per step against KV bytes read: "
-            + ", ".join(f"{name}: {x / 1e9:.3f} GB, {y * 1e6:.1f} us" for x, y, name in pts)
-            + "; least-squares slope = 1 / (eta_kv x BW)",
-            "command": cmd,
-        }
     return out
+
+
+def pin_mxfp4(folder, hw):
+    """M3 on gpt-oss-120b tp1 (MXFP4 experts on the triton_kernels path): what a batch-1 replay spends
+    per layer beyond the model's step with every other constant as pinned, as q_extra_mxfp4_us."""
+    doc, points = _profile_points(folder)
+    one = next((p for p in points.values() if p["batch"] == 1), None)
+    if one is None:
+        raise SystemExit(f"{folder}: no batch-1 point to pin q_extra_mxfp4_us from")
+    _, plan = bench_predict.model(
+        "gpt-oss-120b", {"name": "tp1", "tp": 1, "args": {"load_format": "dummy"}}, hw, {}
+    )
+    plan["argv"] = doc.get("argv") or []
+    m, _ = speed.model_for(plan, hw)
+    if m.cost.get("mxfp4_moe_path") != "triton_kernels":
+        raise SystemExit(
+            f"{folder}: the plan on {hw['gpu_name']} does not take the triton_kernels MXFP4 path"
+        )
+    pr = one["profile"]
+    ctx = one["prompt_tokens"] + one["decoded_at_profile"] + pr["steps"] / 2
+    with speed.overrides({"q_extra_mxfp4_us": 0.0}):
+        terms = m.decode_terms(1, ctx)
+    replay_us = (terms["step_s"] - terms["cpu"] - terms["fixed"]) * 1e6
+    layers = int(m.stages[0]["layers"])
+    return {
+        "q_extra_mxfp4_us": {
+            "value": round((pr["span_us_median"] - replay_us) / layers, 2),
+            "source": f"{folder}/profile-summary.json ({one['point']})",
+            "figures": [],
+            "derivation": f"(replay span {pr['span_us_median']:.1f} us - the model's replay {replay_us:.1f} us with "
+            f"{m.k_layer} kernels a layer and the constants above) / {layers} layers",
+            "command": f"PROFILE_MODEL=gpt-oss-120b POINTS=1x256,16x256,8x2048 benchmarks/gpu_lease.sh profile  # {folder}",
+        }
+    }
 
 
 def main(argv=None):
@@ -257,11 +315,17 @@ def main(argv=None):
     ap.add_argument(
         "--profile-gpu", default="NVIDIA H200", help="the GPU that profile ran on (its bandwidth)"
     )
+    ap.add_argument(
+        "--profile-mxfp4",
+        help="a profile_decode.py folder of gpt-oss-120b tp1 on a Hopper GPU (M3, q_extra_mxfp4_us)",
+    )
     a = ap.parse_args(argv)
     pinned = {}
     steps = [pin_eager, pin_sched, pin_prefill]
+    hw = {**H200, "gpu_name": a.profile_gpu}
+    if a.profile_mxfp4:
+        steps.insert(0, lambda: pin_mxfp4(a.profile_mxfp4, hw))
     if a.profile:
-        hw = {**H200, "gpu_name": a.profile_gpu}
         steps.insert(0, lambda: pin_profile(a.profile, hw))
     for step in steps:
         got = step()

@@ -60,8 +60,11 @@ def _load_measured(path: str = MEASURED_DATA) -> None:
 
 _load_measured()
 
-# Kernel nodes per decoder layer (itemised from SGLang's code path; M3 counts them).
-KERNELS_PER_LAYER = {"mla_moe": 30, "gqa_moe": 20, "gqa": 12}
+# Kernel nodes per decoder layer of a decode CUDA graph, by family when the architecture has no count
+# of its own (archs.Arch.kernels_per_layer): gqa_moe as M3 counted Qwen3-30B-A3B tp1 (SGLang 0.5.16,
+# triton attention: 868 nodes for 48 layers, lease h100-2026-12-07c), the others itemised from
+# SGLang's code path.
+KERNELS_PER_LAYER = {"mla_moe": 30, "gqa_moe": 18, "gqa": 12}
 
 # All-reduce by interconnect: small-message latency (us) and bus bandwidth (GB/s).
 INTERCONNECTS: dict[str, dict] = {
@@ -404,6 +407,8 @@ class SpeedModel:
         floors = layers * self.k_layer * c("tau_kernel_us") * 1e-6
         if self.quant == "fp8_block":
             floors += layers * c("q_extra_fp8_us") * 1e-6
+        if self.cost.get("mxfp4_moe_path") == "triton_kernels" and self.n_experts:
+            floors += layers * c("q_extra_mxfp4_us") * 1e-6
         collective = int(st.get("collectives", 0)) * self.allreduce_s(tokens)
         return {"memory": memory + kv, "compute": compute, "kernel_latency": floors, "collective": collective}
 

@@ -18,7 +18,9 @@ gpt-oss on SGLang's triton_kernels MXFP4 path (lease h100-2026-12-07b): with PyT
 allocator every start misses by the free fragments the allocator keeps after each layer's weight
 swizzle (strict xfails; the plan's claims about them, its KV tokens an upper bound and expandable
 segments the remedy, are checked); with expandable segments the plan models what stays mapped and
-each start is within 2 %.
+each start is within 2 %. The independent check (lease h100-2026-12-07c, the whole gpt-oss-120b
+with them, planned before the start) is within 2 % on weights and 21 % over on KV tokens: 0.58 GiB
+more stays than one page a freed block, and the H100's pool at mem_fraction_static 0.88 is 2.2 GiB.
 """
 
 from pathlib import Path
@@ -34,11 +36,13 @@ from benchmarks.plan_arch_check import repo_model
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "tests" / "fixtures" / "sglang-0.5.16" / "h100"
 FIRST, SECOND, GPT_OSS = "h100-2026-12-06b", "h100-2026-12-06c", "h100-2026-12-07b"
+# lease h100-2026-12-07c ran the ladder prepared for an H200 (its plan written before the start)
+WHOLE = "h200-2026-12-07b"
 LEASES = {
     lease: yaml.safe_load((REPO / "benchmarks" / "results" / lease / "ladders.yml").read_text())[
         "sglang_gpu_ladders"
     ]
-    for lease in (FIRST, SECOND, GPT_OSS)
+    for lease in (FIRST, SECOND, GPT_OSS, WHOLE)
 }
 # torch's capacity of the card the lease got (its records' gpu block: 81,559 MiB, 79.19 GiB usable)
 H100 = {
@@ -107,6 +111,15 @@ CASES = [
         None,
         FIRST,
         marks=pytest.mark.xfail(strict=True, reason="0.53 GiB of the TP8 rank's weights not planned"),
+    ),
+    # the independent check of the residue model: all 36 layers, planned before the start
+    pytest.param(
+        "gpt-oss-120b.tp1-expandable-segments.log",
+        "gpt-oss-120b",
+        "tp1-expandable-segments",
+        None,
+        WHOLE,
+        marks=pytest.mark.xfail(strict=True, reason="0.58 GiB more residue than one page a freed block"),
     ),
 ]
 
@@ -239,3 +252,14 @@ def test_the_allocator_setting_is_read_as_pytorch_reads_it(conf, on):
     assert memory.expandable_segments({"PYTORCH_ALLOC_CONF": conf}) is on
     # the name the H100 starts used is read first where both are set
     assert memory.expandable_segments({"PYTORCH_CUDA_ALLOC_CONF": conf, "PYTORCH_ALLOC_CONF": "x:1"}) is on
+
+
+def test_the_whole_gpt_oss_120b_is_within_the_bar_on_weights_and_its_kv_an_upper_bound():
+    # lease h100-2026-12-07c: the plan (66.93 GiB, 30,289 tokens) was written before the start; the
+    # start used 67.51 GiB and held 24,975. Weights within 2 %; the KV pool, what the weights leave of
+    # a 69.7 GiB budget, turns the 0.58 GiB into a fifth of itself, and the plan stays above it.
+    real = measured("gpt-oss-120b.tp1-expandable-segments.log")
+    plan = planned("gpt-oss-120b", "tp1-expandable-segments", WHOLE)
+    assert abs(plan["weights_gib_per_gpu"] - real["weights_gib"]) <= BAR * real["weights_gib"]
+    assert plan["weights_gib_per_gpu"] < real["weights_gib"]
+    assert plan["kv_tokens"] > real["kv_tokens"] and plan["kv_pool"]["swa_tokens"] > real["swa_tokens"]

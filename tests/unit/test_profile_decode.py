@@ -117,21 +117,39 @@ def test_kernel_classes(name, cls):
 
 
 def test_pins_come_from_the_profile_with_the_models_own_bytes(tmp_path):
-    """eta_weights is the model's batch-1 weight bytes over the streaming kernels' time; tau_kernel_us
-    the rest of the span per node; eta_kv the inverse slope of attention time against KV bytes."""
+    """eta_weights is the inverse slope of the streaming kernels' time against the model's weight bytes
+    by batch (their floors the intercept); tau_kernel_us what the batch-1 span spends beyond weights and
+    KV, per node; eta_kv the inverse slope of attention time against KV bytes."""
     folder = tmp_path / "prof"
     folder.mkdir()
+    hw = pin_constants.H200
+    m = pin_constants._model({"layout": "tp1", "argv": []}, hw)
+    st = m.stages[0]
+    layers = int(st["layers"])
+    eta_w, floors_us, eta_kv, kernels = 0.8, 1000.0, 0.5, 900
 
-    def point(name, batch, prompt, span, gemm, moe, attn, kernels=960, period=None):
+    def weights_us(batch):
+        return 1e6 * (st["dense_bytes"] + st["expert_bytes"] * m.expert_share(batch)) / (eta_w * m.bw)
+
+    def kv_us(batch, prompt):
+        return 1e6 * m.kv_read_bytes(layers, batch, batch * (prompt + 10 + 6 / 2)) / (eta_kv * m.bw)
+
+    def point(name, batch, prompt, span, period=None):
+        stream = floors_us + weights_us(batch)
         prof = {
             "steps": 6,
             "kernels_per_step": [kernels] * 6,
             "span_us_median": span,
-            "by_class": {"gemm": {"us": gemm}, "moe": {"us": moe}, "attention_decode": {"us": attn}},
+            "by_class": {
+                "gemm": {"us": 0.3 * stream},
+                "moe": {"us": 0.7 * stream},
+                "attention_decode": {"us": 40.0 + kv_us(batch, prompt)},
+            },
         }
         if period:
             prof["period_us_median"] = period
             prof["outside_replay_us_median"] = period - span
+        # 10 tokens decoded when the profile was asked for, 6 steps profiled
         return {
             "point": name,
             "batch": batch,
@@ -140,19 +158,15 @@ def test_pins_come_from_the_profile_with_the_models_own_bytes(tmp_path):
             "profile": prof,
         }
 
-    hw = pin_constants.H200
-    m = pin_constants._model({"layout": "tp1", "argv": []}, hw)
-    layers = int(m.stages[0]["layers"])
-    eta_kv = 0.5
-    pts = [point("b1-p256", 1, 256, 3000.0, 700.0, 900.0, 60.0, period=3200.0)]
-    for name, b, p in (("b64-p256", 64, 256), ("b32-p2048", 32, 2048)):
-        kv = m.kv_read_bytes(layers, b, b * (p + 10 + 6 / 2))  # 10 decoded, 6 steps profiled
-        pts.append(point(name, b, p, 9000.0, 1500.0, 5000.0, 40.0 + 1e6 * kv / (eta_kv * m.bw)))
+    span1 = 4000.0
+    pts = [point("b1-p256", 1, 256, span1, period=4200.0)]
+    pts += [point(n, b, p, 20000.0) for n, b, p in (("b64-p256", 64, 256), ("b32-p2048", 32, 2048))]
     (folder / "profile-summary.json").write_text(json.dumps({"argv": [], "points": pts}))
+    before = dict(pin_constants.speed.CONSTANTS)
     pins = pin_constants.pin_profile(str(folder), hw)
-    st = m.stages[0]
-    weight_bytes = st["dense_bytes"] + st["expert_bytes"] * m.expert_share(1)
-    assert pins["eta_weights"]["value"] == round(weight_bytes / (1600e-6 * m.bw), 3)
-    assert pins["tau_kernel_us"]["value"] == round((3000.0 - 1600.0 - 60.0) / 960, 3)
-    assert pins["t_fixed_ms"]["value"] == 0.2
+    assert before == pin_constants.speed.CONSTANTS  # returned, not set behind the caller's back
+    assert pins["eta_weights"]["value"] == pytest.approx(eta_w, abs=1e-3)
     assert pins["eta_kv"]["value"] == pytest.approx(eta_kv, abs=1e-3)
+    tau = (span1 - weights_us(1) - kv_us(1, 256)) / kernels
+    assert pins["tau_kernel_us"]["value"] == pytest.approx(tau, abs=5e-3)
+    assert pins["t_fixed_ms"]["value"] == 0.2

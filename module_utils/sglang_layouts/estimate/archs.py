@@ -85,7 +85,7 @@ ARCHS: dict[str, Arch] = {
             "models/mixtral.py",
             experts_key="num_local_experts",
             expert_inter_key="intermediate_size",
-            kernels_per_layer=18,  # Qwen3-MoE's 20 without q_norm / k_norm
+            kernels_per_layer=17,  # Qwen3-MoE's 18 (counted, M3) without its fused q/k norm
             moe_kernel_checked=False,
         ),
         _A(
@@ -96,7 +96,7 @@ ARCHS: dict[str, Arch] = {
             shared="key",
             shared_gate=True,
             qkv_bias="always",
-            kernels_per_layer=25,  # 18 as Mixtral + the gated shared expert's 7
+            kernels_per_layer=24,  # 17 as Mixtral + the gated shared expert's 7
             moe_kernel_checked=False,
         ),
         _A(
@@ -121,7 +121,7 @@ ARCHS: dict[str, Arch] = {
             "models/gpt_oss.py",
             experts_key="num_local_experts",
             expert_inter_key="intermediate_size",
-            kernels_per_layer=20,  # fused norms / rope+KV / sinks attention + triton_kernels routing and matmul_ogs
+            kernels_per_layer=24,  # counted (lease h100-2026-12-07c): 868 nodes for 36 layers; triton_kernels routing metadata and a combine besides matmul_ogs
             router_bias=True,
             expert_bias=True,
             qkv_bias="always",

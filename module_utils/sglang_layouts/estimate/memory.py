@@ -332,6 +332,8 @@ def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hard
         "family": spec.family,
         "kernels_per_layer": spec.arch.kernels_per_layer or None,
         "quant_method": spec.quant.method,
+        # SGLang's kernel path for MXFP4 experts on this GPU (triton_kernels on Hopper at ep 1)
+        "mxfp4_moe_path": mxfp4_moe_path(spec, par, "sglang", hardware.get("gpu_name")),
         "int4_group_size": spec.quant.group_size,
         "hidden_size": int(spec.config["hidden_size"]),
         "attn_flop_dim": _attn_flop_dim(spec),
