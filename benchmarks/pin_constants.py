@@ -12,10 +12,11 @@ stand, so the arithmetic is here to rerun and to read:
                             attention's FLOP efficiency is what is left (bisection)
   M3  eta_weights,          with --profile DIR (benchmarks/profile_decode.py's profile-summary.json
       tau_kernel_us,        of Qwen3-30B-A3B tp1): the weight-streaming kernels' time (GEMM and MoE
-      t_fixed_ms            classes) against the weight bytes each point's step reads, a least-squares
+      t_fixed_ms,           classes) against the weight bytes each point's step reads, a least-squares
                             line whose slope is 1 / (eta_weights x BW); what a batch-1 replay's span
                             spends beyond its weight and KV bytes, per kernel node, is tau_kernel_us;
-                            the GPU's step period minus the replay's span is t_fixed
+                            the GPU's step period minus the replay's span is t_fixed; an elementwise
+      tau_elementwise_us    node costs its class's busy time per kernel plus the idle per boundary
   M3  q_extra_mxfp4_us      with --profile-mxfp4 DIR (gpt-oss-120b tp1, the triton_kernels MXFP4 MoE):
                             the batch-1 replay's span beyond the model's step, per layer
   M6  eta_kv                the same profile's decode-attention time at batch >= 8 against the KV
@@ -263,6 +264,18 @@ def pin_profile(folder, hw):
         f"per layer; the model counts {m.k_layer})",
         "command": cmd,
     }
+    # an elementwise node (a few KB): its class's busy time per kernel plus the gap before the next node
+    elementwise = (pr.get("by_class") or {}).get("elementwise")
+    if elementwise and pr.get("idle_us_per_kernel_boundary") is not None:
+        per = elementwise["us"] / elementwise["count"]
+        out["tau_elementwise_us"] = {
+            "value": round(per + pr["idle_us_per_kernel_boundary"], 3),
+            "source": f"{src} ({one['point']})",
+            "figures": [],
+            "derivation": f"elementwise kernels {elementwise['us']:.1f} us / {elementwise['count']} + the replay's idle "
+            f"{pr['idle_us_per_kernel_boundary']:.3f} us per node boundary",
+            "command": cmd,
+        }
     if pr.get("outside_replay_us_median") is not None:
         out["t_fixed_ms"] = {
             "value": round(pr["outside_replay_us_median"] / 1e3, 4),

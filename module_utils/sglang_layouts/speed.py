@@ -8,7 +8,8 @@ Decode step of one PP stage for a micro-batch of m requests holding T tokens of 
 
     t = (dense + routed(m)) / (eta * BW)  |  max with FLOPs / (eta_f * F)
       + kv_bytes * layers * T / (eta_kv * BW)
-      + layers * K_layer * tau_k                         one floor per kernel node (CUDA graph)
+      + layers * ((K_layer - K_elem) * tau_k + K_elem * tau_e)   one floor per kernel node (CUDA graph);
+                                                         K_elem of them unfused elementwise ops
       + n_AR * (alpha + S * 2(n-1)/n / busBW)            NCCL all-reduce, S = m * hidden * 2 B
 
 routed(m): uniform top-k routing, EP waits for its busiest rank; under dummy weights a router with a
@@ -292,6 +293,7 @@ class SpeedModel:
         self.k_layer = int(
             cost.get("kernels_per_layer") or KERNELS_PER_LAYER.get(self.family, KERNELS_PER_LAYER["gqa"])
         )
+        self.k_elementwise = min(self.k_layer, int(cost.get("elementwise_per_layer") or 0))
         self._share: dict[tuple[int, float], float] = {}
         self.ar = self._allreduce_table()
 
@@ -404,7 +406,14 @@ class SpeedModel:
         eta_a = c("eta_f_attn_triton") if self.attention_backend == "triton" else eta_d
         compute = dense_flops / (eta_d * f_d) + routed_flops / (eta_r * f_r) + attn_flops / (eta_a * f_d)
         kv = 0.0 if prefill else self.kv_read_bytes(layers, tokens, kv_tokens) / (c("eta_kv") * self.bw)
-        floors = layers * self.k_layer * c("tau_kernel_us") * 1e-6
+        floors = (
+            layers
+            * (
+                (self.k_layer - self.k_elementwise) * c("tau_kernel_us")
+                + self.k_elementwise * c("tau_elementwise_us")
+            )
+            * 1e-6
+        )
         if self.quant == "fp8_block":
             floors += layers * c("q_extra_fp8_us") * 1e-6
         if self.cost.get("mxfp4_moe_path") == "triton_kernels" and self.n_experts:

@@ -411,8 +411,9 @@ def test_pd_speed_the_prompts_of_a_wave_queue_on_the_kv_link():
 
 
 def test_an_architectures_own_kernel_count_reaches_the_decode_floor():
-    """archs.Arch.kernels_per_layer is the one source: Gemma 3's unfused norms and RoPE (87 kernels a
-    layer) make its floor, an architecture without a count keeps its family's."""
+    """archs.Arch.kernels_per_layer is the one source: Gemma 3's unfused norms and RoPE (76 of its 87
+    kernels a layer, each at tau_elementwise_us) make its floor, an architecture without a count keeps
+    its family's."""
     from sglang_layouts.estimate import archs
 
     gemma = plan("gemma-3-27b-text", H200, tp=1)
@@ -423,8 +424,14 @@ def test_an_architectures_own_kernel_count_reaches_the_decode_floor():
     q, _ = speed.model_for(qwen, H200)
     assert g.k_layer == 87 and q.k_layer == speed.KERNELS_PER_LAYER["gqa_moe"]
     layers = gemma["cost"]["stages"][0]["layers"]
+    assert (
+        g.k_elementwise == archs.ARCHS["Gemma3ForCausalLM"].elementwise_per_layer == 76
+        and q.k_elementwise == 0
+    )
     floor = g.decode_terms(1, 300)["kernel_latency"]
-    assert floor == pytest.approx(layers * 87 * speed.c("tau_kernel_us") * 1e-6)
+    assert floor == pytest.approx(
+        layers * (11 * speed.c("tau_kernel_us") + 76 * speed.c("tau_elementwise_us")) * 1e-6
+    )
 
 
 def test_the_servers_decode_lines_are_read_per_batch_without_the_intervals_that_timed_a_prefill(tmp_path):

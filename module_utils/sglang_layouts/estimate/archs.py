@@ -51,6 +51,9 @@ class Arch:
     # speed model: kernel nodes of one decode layer in the CUDA graph, counted from the model file
     # (docs/cost-model.md itemises each count); 0: speed.KERNELS_PER_LAYER of the family
     kernels_per_layer: int = 0
+    # of those, unfused torch elementwise ops on one token's vector (a norm or RoPE run as native torch
+    # ops): they cost tau_elementwise_us a node, not the average node's tau_kernel_us
+    elementwise_per_layer: int = 0
     # --moe-dense-tp-size 1 replicates the dense (first_k_dense) MLP layers on every rank
     # (deepseek_v2.py / glm4_moe.py: enable_moe_dense_fully_dp() -> tp_size=1)
     dense_fully_dp: bool = False
@@ -153,6 +156,7 @@ ARCHS: dict[str, Arch] = {
             # six Gemma3RMSNorms per layer run as unfused torch ops (forward_cuda = forward_native,
             # 10 kernels each) and RoPE as apply_rotary_pos_emb_native (16): 87 kernels
             kernels_per_layer=87,
+            elementwise_per_layer=76,  # the six norms' 60 and RoPE's 16
             note="SGLang 0.5.16 turns the hybrid SWA pool off for Gemma 3 (arg_groups/overrides.py "
             "_gemma2_gemma3_overrides): sliding layers hold every token like full ones",
         ),

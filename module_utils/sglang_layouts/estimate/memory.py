@@ -331,6 +331,7 @@ def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hard
         # what the speed model (speed.py) needs besides bytes: kernel path, router, attention shape
         "family": spec.family,
         "kernels_per_layer": spec.arch.kernels_per_layer or None,
+        "elementwise_per_layer": spec.arch.elementwise_per_layer,
         "quant_method": spec.quant.method,
         # SGLang's kernel path for MXFP4 experts on this GPU (triton_kernels on Hopper at ep 1)
         "mxfp4_moe_path": mxfp4_moe_path(spec, par, "sglang", hardware.get("gpu_name")),
