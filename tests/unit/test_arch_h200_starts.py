@@ -16,6 +16,7 @@ from sglang_layouts.gate import logclass
 from sglang_layouts.plan import planner
 
 from benchmarks.plan_arch_check import repo_model
+from tests.helpers.leases import as_ran
 
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "tests" / "fixtures" / "sglang-0.5.16" / "arch-h200"
@@ -45,7 +46,7 @@ def planned(name: str, gpu_name: str = "NVIDIA H200") -> dict:
         "model": repo_model(name),
         "hardware": {**H200, "gpu_name": gpu_name},
         "serving": {"mem_fraction_static": 0.88},
-        "layouts": LADDERS[name],
+        "layouts": [as_ran(lay) for lay in LADDERS[name]],
     }
     (lay,) = planner.plan_host(inputs)["layouts"]
     assert lay["verdict"] == "fits", lay["reasons"]

@@ -32,6 +32,7 @@ from sglang_layouts.gate import logclass
 from sglang_layouts.plan import planner
 
 from benchmarks.plan_arch_check import repo_model
+from tests.helpers.leases import DEFAULT_ALLOCATOR, as_ran
 
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "tests" / "fixtures" / "sglang-0.5.16" / "h100"
@@ -69,7 +70,7 @@ def planned(model: str, layout: str, lease: str) -> dict:
         "sglang_version": "0.5.16",
         "hardware": H100,
         "serving": {"mem_fraction_static": 0.88},
-        "layouts": [lay for lay in LEASES[lease][model] if lay["name"] == layout],
+        "layouts": [as_ran(lay) for lay in LEASES[lease][model] if lay["name"] == layout],
     }
     (lay,) = planner.plan_host(inputs)["layouts"]
     assert lay["verdict"] == "fits", lay["reasons"]
@@ -263,3 +264,30 @@ def test_the_whole_gpt_oss_120b_is_within_the_bar_on_weights_and_its_kv_an_upper
     assert abs(plan["weights_gib_per_gpu"] - real["weights_gib"]) <= BAR * real["weights_gib"]
     assert plan["weights_gib_per_gpu"] < real["weights_gib"]
     assert plan["kv_tokens"] > real["kv_tokens"] and plan["kv_pool"]["swa_tokens"] > real["swa_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("gpu_name", "env", "given"),
+    [
+        ("NVIDIA H100 80GB HBM3", {}, "expandable_segments:True"),  # the plan's choice on this path
+        ("NVIDIA H100 80GB HBM3", DEFAULT_ALLOCATOR, "expandable_segments:False"),  # the layout's own
+        ("NVIDIA B200", {}, None),  # not the triton_kernels path: the allocator is left alone
+    ],
+)
+def test_the_mxfp4_path_gets_expandable_segments_unless_the_layout_chose(gpu_name, env, given):
+    # gpt-oss-120b tp1 with the default allocator did not load on one H100 (the gate's fixture
+    # fail-oom-at-load-fragmented.gpt-oss-120b-h100.log); with them it loaded within 0.9 % of the plan
+    inputs = {
+        "host": "h",
+        "model": repo_model("gpt-oss-120b"),
+        "sglang_version": "0.5.16",
+        "hardware": {**H100, "gpu_name": gpu_name},
+        "serving": {"mem_fraction_static": 0.88},
+        "layouts": [{"name": "tp1", "tp": 1, "env": env, "args": {"context_length": 8192}}],
+    }
+    (lay,) = planner.plan_host(inputs)["layouts"]
+    assert lay["env"].get("PYTORCH_CUDA_ALLOC_CONF") == given
+    added = [n for n in lay["notes"] if "in the servers' env" in n]
+    assert bool(added) == (given == "expandable_segments:True" and not env)
+    modelled = "allocator_residue" in lay["ranks"][0]["components"]
+    assert modelled == (given == "expandable_segments:True")

@@ -138,6 +138,24 @@ def swizzle_residue_bytes(path: str | None, env: dict | None) -> int:
     return MXFP4_SWIZZLE_FREED_BLOCKS * EXPANDABLE_LARGE_PAGE_BYTES
 
 
+ALLOCATOR_ENV_KEYS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+
+
+def allocator_env(spec: ModelSpec, par: dict, engine: str, gpu_name: str | None, env: dict | None) -> dict:
+    """The allocator setting the plan gives a layout's servers: expandable segments on the
+    triton_kernels MXFP4 path unless the layout's env chose an allocator itself. With PyTorch's default
+    allocator the swizzle's free fragments are not modelled and can stop the load: gpt-oss-120b tp1
+    did not load on one H100 (torch.OutOfMemoryError in _swizzle_mxfp4, 5.27 GiB reserved but
+    unallocated), and with them the same start loaded within 0.9 % of the plan's weights (lease
+    h100-2026-12-07c)."""
+    env = env or {}
+    if mxfp4_moe_path(spec, par, engine, gpu_name) != "triton_kernels" or any(
+        k in env for k in ALLOCATOR_ENV_KEYS
+    ):
+        return {}
+    return {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
 def expandable_segments(env: dict | None) -> bool:
     """Whether the unit's allocator settings turn on the caching allocator's expandable segments
     (comma-separated key:value pairs, the value True): PYTORCH_CUDA_ALLOC_CONF, the name the H100
@@ -166,15 +184,19 @@ def weights_assumptions(
             "what stays mapped of the two tensors each layer's swizzle frees (the 20 MiB page at each "
             "end of a free block, half idle on average: 40 MiB a MoE layer, component "
             "allocator_residue). Three H100 starts (gpt-oss-20b, gpt-oss-120b cut to 18 and 30 layers) "
-            "used 0.07 to 0.41 GiB more than this figure; they are also the starts that showed the residue"
+            "used 0.07 to 0.41 GiB more than this figure, the whole gpt-oss-120b 0.58 GiB (0.9 %): read the "
+            "planned KV tokens as an upper bound where the pool is small beside the weights"
         ]
     if path == "triton_kernels":
         return [
-            modelled + "not modelled: the free fragments PyTorch's caching allocator keeps after each "
+            modelled
+            + "with the allocator this layout's env chose, not modelled: the free fragments PyTorch's "
+            "caching allocator keeps after each "
             "layer's swizzle (its temporaries are freed, torch.cuda.empty_cache releases only whole "
             "segments). Real starts used more than this figure: 4.7 GiB on one H200 (gpt-oss-120b), "
             "5.4 GiB on one H100 (gpt-oss-120b cut to 18 layers), 1.4 GiB (gpt-oss-20b); read the "
-            "planned KV tokens as an upper bound on this path. PYTORCH_CUDA_ALLOC_CONF="
+            "planned KV tokens as an upper bound on this path; gpt-oss-120b tp1 did not load on one H100 "
+            "(torch.OutOfMemoryError in the swizzle). PYTORCH_CUDA_ALLOC_CONF="
             "expandable_segments:True in the layout's env returns most of it, and the plan then models "
             "what is left: the same H100 start then held 14.7 % more KV tokens (963,713 -> 1,105,113), "
             "0.3 % below that plan"

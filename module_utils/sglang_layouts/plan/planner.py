@@ -21,6 +21,7 @@ from ..estimate.memory import (
     MIN_DYNAMIC_GIB,
     TRANSIENT_LAYERS,
     allocation_sequence,
+    allocator_env,
     decode_cost,
     kv_dtype_bytes,
     kv_pool,
@@ -176,10 +177,21 @@ def plan_layout(
     mfs = _float(eff[fraction_key], f"layout {lay['name']}: {fraction_key}")
     par = parallel_shape(lay, eng)
     par["pp_layer_partition"] = validate.pp_partition(lay["env"], lay["name"], par["pp"], spec.num_layers)
+    # the allocator this path needs, unless the layout chose one (memory.allocator_env)
+    allocator = allocator_env(spec, par, eng.name, hardware.get("gpu_name"), lay["env"])
+    if allocator:
+        lay = {**lay, "env": {**lay["env"], **allocator}}
     dense_notes: list[str] = []
     moe_dense_tp_rule(lay["name"], args, par, spec, dense_notes)
     reasons, notes = layout_problems(lay, par, spec, hardware, eng)
     notes += dense_notes
+    if allocator:
+        notes.append(
+            f"{lay['name']}: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the servers' env: SGLang's "
+            "MXFP4 weight swizzle on this GPU (triton_kernels) leaves free fragments that PyTorch's default "
+            "allocator keeps, and gpt-oss-120b tp1 did not load on one H100 without it; set "
+            "PYTORCH_CUDA_ALLOC_CONF in the layout's env to choose otherwise"
+        )
     if par["nnodes"] > 1 and not reasons:
         _place_nodes(lay["name"], par, cluster, reasons, notes)
     if not 0 < mfs < 1:
