@@ -34,6 +34,19 @@ def measured(log: Path) -> dict:
     return out
 
 
+# what a unit ran with where the layout's env named no allocator, before the plan gave the MXFP4 path
+# expandable segments (memory.allocator_env): PyTorch's default
+DEFAULT_ALLOCATOR = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}
+
+
+def as_ran(layout: dict) -> dict:
+    """A lease's layout with the allocator its unit ran with, for replaying that lease's logs."""
+    env = dict(layout.get("env") or {})
+    if not {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"} & set(env):
+        env.update(DEFAULT_ALLOCATOR)
+    return {**layout, "env": env}
+
+
 def repo_model(name: str, dummy: bool = True) -> dict:
     """sglang_model of a model of models/ (its config.json), as a lease starts it: dummy weights
     unless told otherwise."""
@@ -74,7 +87,8 @@ def main() -> int:
                 "gpu_name": "NVIDIA H200",
             },
             "serving": {"mem_fraction_static": 0.88, "context_length": 32768},
-            "layouts": layouts,
+            # a lease's starts are planned as they ran; without one, as the plan runs them now
+            "layouts": [as_ran(lay) for lay in layouts] if lease else layouts,
         }
         doc = planner.plan_host(inputs)
         for lay in doc["layouts"]:

@@ -31,8 +31,7 @@ from sglang_layouts.estimate import memory
 from sglang_layouts.gate import logclass
 from sglang_layouts.plan import planner
 
-from benchmarks.plan_arch_check import repo_model
-from tests.helpers.leases import DEFAULT_ALLOCATOR, as_ran
+from benchmarks.plan_arch_check import DEFAULT_ALLOCATOR, as_ran, repo_model
 
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "tests" / "fixtures" / "sglang-0.5.16" / "h100"
