@@ -17,6 +17,8 @@ stand, so the arithmetic is here to rerun and to read:
                             spends beyond its weight and KV bytes, per kernel node, is tau_kernel_us;
                             the GPU's step period minus the replay's span is t_fixed; an elementwise
       tau_elementwise_us    node costs its class's busy time per kernel plus the idle per boundary
+  M3  eta_elementwise       with --profile-elementwise DIR (Gemma 3 27B text tp1): the elementwise
+                            kernels' time per node against the bytes each moves, by batch
   M3  q_extra_mxfp4_us      with --profile-mxfp4 DIR (gpt-oss-120b tp1, the triton_kernels MXFP4 MoE):
                             the batch-1 replay's span beyond the model's step, per layer
   M6  eta_kv                the same profile's decode-attention time at batch >= 8 against the KV
@@ -321,12 +323,59 @@ def pin_mxfp4(folder, hw):
     }
 
 
+def pin_elementwise(folder, hw):
+    """M3 on an architecture with unfused elementwise ops (Gemma 3 tp1): their time per node against
+    the bytes each moves (batch x hidden x ELEMENTWISE_BYTES_PER_VALUE), over every point; the slope
+    is 1 / (eta_elementwise x BW)."""
+    doc, points = _profile_points(folder)
+    argv = doc.get("argv") or []
+    name = (
+        os.path.basename(argv[argv.index("--model-path") + 1])
+        if "--model-path" in argv
+        else "gemma-3-27b-text"
+    )
+    _, plan = bench_predict.model(name, {"name": "tp1", "tp": 1, "args": {"load_format": "dummy"}}, hw, {})
+    m, _ = speed.model_for(plan, hw)
+    if not m.k_elementwise:
+        raise SystemExit(f"{folder}: {name} has no unfused elementwise nodes (Arch.elementwise_per_layer)")
+    pts = []
+    for p in points.values():
+        cls = p["profile"]["by_class"].get("elementwise")
+        if cls:
+            pts.append(
+                (
+                    p["batch"] * m.hidden * speed.ELEMENTWISE_BYTES_PER_VALUE,
+                    cls["us"] / cls["count"] * 1e-6,
+                    p["point"],
+                )
+            )
+    if len({x for x, _, _ in pts}) < 2:
+        raise SystemExit(f"{folder}: eta_elementwise needs points of two batch sizes")
+    slope, intercept = _least_squares([(x, y) for x, y, _ in pts])
+    how = ", ".join(f"{n}: {x / 1e3:.0f} kB, {y * 1e6:.3f} us" for x, y, n in pts)
+    return {
+        "eta_elementwise": {
+            "value": round(1.0 / (slope * m.bw), 3),
+            "source": f"{folder}/profile-summary.json ({', '.join(n for _, _, n in pts)})",
+            "figures": [],
+            "derivation": f"elementwise kernel time per node against the bytes it moves ({name}, hidden {m.hidden}): "
+            f"{how}; least-squares slope = 1 / (eta_elementwise x {m.bw / 1e9:.0f} GB/s), intercept "
+            f"{intercept * 1e6:.2f} us",
+            "command": f"PROFILE_MODEL={name} POINTS=1x256,16x256,8x2048 benchmarks/gpu_lease.sh profile  # {folder}",
+        }
+    }
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="store the values in " + speed.MEASURED_DATA)
     ap.add_argument("--profile", help="a profile_decode.py folder of Qwen3-30B-A3B tp1 (M3, M6)")
     ap.add_argument(
         "--profile-gpu", default="NVIDIA H200", help="the GPU that profile ran on (its bandwidth)"
+    )
+    ap.add_argument(
+        "--profile-elementwise",
+        help="a profile_decode.py folder of Gemma 3 27B text tp1 (M3, eta_elementwise)",
     )
     ap.add_argument(
         "--profile-mxfp4",
@@ -338,6 +387,8 @@ def main(argv=None):
     hw = {**H200, "gpu_name": a.profile_gpu}
     if a.profile_mxfp4:
         steps.insert(0, lambda: pin_mxfp4(a.profile_mxfp4, hw))
+    if a.profile_elementwise:
+        steps.insert(0, lambda: pin_elementwise(a.profile_elementwise, hw))
     if a.profile:
         steps.insert(0, lambda: pin_profile(a.profile, hw))
     for step in steps:

@@ -9,7 +9,7 @@ Decode step of one PP stage for a micro-batch of m requests holding T tokens of 
     t = (dense + routed(m)) / (eta * BW)  |  max with FLOPs / (eta_f * F)
       + kv_bytes * layers * T / (eta_kv * BW)
       + layers * ((K_layer - K_elem) * tau_k + K_elem * tau_e)   one floor per kernel node (CUDA graph);
-                                                         K_elem of them unfused elementwise ops
+      + layers * K_elem * m * hidden * 8 / (eta_e * BW)         K_elem of them unfused elementwise ops
       + n_AR * (alpha + S * 2(n-1)/n / busBW)            NCCL all-reduce, S = m * hidden * 2 B
 
 routed(m): uniform top-k routing, EP waits for its busiest rank; under dummy weights a router with a
@@ -66,6 +66,9 @@ _load_measured()
 # triton attention: 868 nodes for 48 layers, lease h100-2026-12-07c), the others itemised from
 # SGLang's code path.
 KERNELS_PER_LAYER = {"mla_moe": 30, "gqa_moe": 18, "gqa": 12}
+# bytes an unfused elementwise op moves per value of a token's hidden vector: Gemma 3's native norms
+# upcast to fp32, so each op reads and writes 4 B a value
+ELEMENTWISE_BYTES_PER_VALUE = 8
 
 # All-reduce by interconnect: small-message latency (us) and bus bandwidth (GB/s).
 INTERCONNECTS: dict[str, dict] = {
@@ -414,6 +417,9 @@ class SpeedModel:
             )
             * 1e-6
         )
+        # unfused elementwise ops also move each token's hidden vector, read and written in fp32
+        elementwise_bytes = layers * self.k_elementwise * tokens * self.hidden * ELEMENTWISE_BYTES_PER_VALUE
+        floors += elementwise_bytes / (c("eta_elementwise") * self.bw)
         if self.quant == "fp8_block":
             floors += layers * c("q_extra_fp8_us") * 1e-6
         if self.cost.get("mxfp4_moe_path") == "triton_kernels" and self.n_experts:

@@ -170,3 +170,40 @@ def test_pins_come_from_the_profile_with_the_models_own_bytes(tmp_path):
     tau = (span1 - weights_us(1) - kv_us(1, 256)) / kernels
     assert pins["tau_kernel_us"]["value"] == pytest.approx(tau, abs=5e-3)
     assert pins["t_fixed_ms"]["value"] == 0.2
+
+
+def test_eta_elementwise_is_the_slope_of_an_elementwise_nodes_time_against_the_bytes_it_moves(tmp_path):
+    folder = tmp_path / "prof"
+    folder.mkdir()
+    hw = {**pin_constants.H200, "gpu_name": "NVIDIA H100 80GB HBM3"}
+    eta, floor_us, count = 0.3, 1.5, 4000
+    bw = 3350e9  # the H100's row (gpu_specs)
+    hidden = 5376  # Gemma 3 27B
+
+    def point(batch):
+        per_node = floor_us + 1e6 * batch * hidden * 8 / (eta * bw)
+        prof = {
+            "steps": 6,
+            "kernels_per_step": [4558] * 6,
+            "by_class": {"elementwise": {"count": count, "us": count * per_node}},
+        }
+        return {
+            "point": f"b{batch}-p256",
+            "batch": batch,
+            "prompt_tokens": 256,
+            "decoded_at_profile": 10,
+            "profile": prof,
+        }
+
+    argv = [
+        "python3",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "/var/lib/sglang-models/gemma-3-27b-text",
+    ]
+    doc = {"argv": argv, "points": [point(1), point(8), point(16)]}
+    (folder / "profile-summary.json").write_text(json.dumps(doc))
+    pin = pin_constants.pin_elementwise(str(folder), hw)["eta_elementwise"]
+    assert pin["value"] == pytest.approx(eta, abs=1e-3)
+    assert "gemma-3-27b-text, hidden 5376" in pin["derivation"]

@@ -411,27 +411,29 @@ def test_pd_speed_the_prompts_of_a_wave_queue_on_the_kv_link():
 
 
 def test_an_architectures_own_kernel_count_reaches_the_decode_floor():
-    """archs.Arch.kernels_per_layer is the one source: Gemma 3's unfused norms and RoPE (76 of its 87
-    kernels a layer, each at tau_elementwise_us) make its floor, an architecture without a count keeps
+    """archs.Arch.kernels_per_layer is the one source: Gemma 3's unfused norms, RoPE and adds (64 of its
+    73 kernels a layer, each at tau_elementwise_us) make its floor, an architecture without a count keeps
     its family's."""
     from sglang_layouts.estimate import archs
 
     gemma = plan("gemma-3-27b-text", H200, tp=1)
     qwen = plan("qwen3-30b-a3b", H200, tp=1)
-    assert gemma["cost"]["kernels_per_layer"] == archs.ARCHS["Gemma3ForCausalLM"].kernels_per_layer == 87
+    assert gemma["cost"]["kernels_per_layer"] == archs.ARCHS["Gemma3ForCausalLM"].kernels_per_layer == 73
     assert qwen["cost"]["kernels_per_layer"] is None
     g, _ = speed.model_for(gemma, H200)
     q, _ = speed.model_for(qwen, H200)
-    assert g.k_layer == 87 and q.k_layer == speed.KERNELS_PER_LAYER["gqa_moe"]
+    assert g.k_layer == 73 and q.k_layer == speed.KERNELS_PER_LAYER["gqa_moe"]
     layers = gemma["cost"]["stages"][0]["layers"]
     assert (
-        g.k_elementwise == archs.ARCHS["Gemma3ForCausalLM"].elementwise_per_layer == 76
+        g.k_elementwise == archs.ARCHS["Gemma3ForCausalLM"].elementwise_per_layer == 64
         and q.k_elementwise == 0
     )
-    floor = g.decode_terms(1, 300)["kernel_latency"]
-    assert floor == pytest.approx(
-        layers * (11 * speed.c("tau_kernel_us") + 76 * speed.c("tau_elementwise_us")) * 1e-6
-    )
+    for batch in (1, 16):
+        floor = g.decode_terms(batch, 300 * batch)["kernel_latency"]
+        # each elementwise node also moves the batch's hidden vectors, fp32 in and out
+        moved = layers * 64 * batch * g.hidden * 8 / (speed.c("eta_elementwise") * g.bw)
+        nodes = layers * (9 * speed.c("tau_kernel_us") + 64 * speed.c("tau_elementwise_us")) * 1e-6
+        assert floor == pytest.approx(nodes + moved)
 
 
 def test_the_servers_decode_lines_are_read_per_batch_without_the_intervals_that_timed_a_prefill(tmp_path):

@@ -153,10 +153,11 @@ ARCHS: dict[str, Arch] = {
             "models/gemma3_causal.py",
             moe_layers="none",
             qk_norm="head",
-            # six Gemma3RMSNorms per layer run as unfused torch ops (forward_cuda = forward_native,
-            # 10 kernels each) and RoPE as apply_rotary_pos_emb_native (16): 87 kernels
-            kernels_per_layer=87,
-            elementwise_per_layer=76,  # the six norms' 60 and RoPE's 16
+            # counted (lease h100-2026-12-07d: 4,558 nodes for 62 layers): six Gemma3RMSNorms run as
+            # unfused torch ops (forward_cuda = forward_native, 10 kernels each), RoPE compiled into 2,
+            # 2 residual adds; 4 GEMMs + a split-K reduce, 2 attention kernels, KV store, GeluAndMul
+            kernels_per_layer=73,
+            elementwise_per_layer=64,
             note="SGLang 0.5.16 turns the hybrid SWA pool off for Gemma 3 (arg_groups/overrides.py "
             "_gemma2_gemma3_overrides): sliding layers hold every token like full ones",
         ),
