@@ -8,7 +8,7 @@ Decode step of one PP stage for a micro-batch of m requests holding T tokens of 
 
     t = (dense + routed(m)) / (eta * BW)  |  max with FLOPs / (eta_f * F)
       + kv_bytes * layers * T / (eta_kv * BW)
-      + layers * ((K_layer - K_elem) * tau_k + K_elem * tau_e)   one floor per kernel node (CUDA graph);
+      + layers * ((K_layer - K_elem) * tau_k + K_elem * tau_e)   one floor per kernel node (CUDA graph),
       + layers * K_elem * m * hidden * 8 / (eta_e * BW)         K_elem of them unfused elementwise ops
       + n_AR * (alpha + S * 2(n-1)/n / busBW)            NCCL all-reduce, S = m * hidden * 2 B
 

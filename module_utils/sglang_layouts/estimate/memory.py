@@ -307,7 +307,9 @@ def _split_weight_scale(spec: ModelSpec, name: str, nbytes: float, lin, n: int) 
     return [(name, int(nbytes))]
 
 
-def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hardware: dict) -> dict:
+def decode_cost(
+    spec: ModelSpec, par: dict, stages: list[dict[str, float]], hardware: dict, engine: str = "sglang"
+) -> dict:
     """Inputs of a decode-step cost model (the simulator's): what one step reads and syncs."""
     per_stage = []
     ranges = pp_layer_ranges(spec.num_layers, par["pp"], par.get("pp_layer_partition"))
@@ -356,7 +358,7 @@ def decode_cost(spec: ModelSpec, par: dict, stages: list[dict[str, float]], hard
         "elementwise_per_layer": spec.arch.elementwise_per_layer,
         "quant_method": spec.quant.method,
         # SGLang's kernel path for MXFP4 experts on this GPU (triton_kernels on Hopper at ep 1)
-        "mxfp4_moe_path": mxfp4_moe_path(spec, par, "sglang", hardware.get("gpu_name")),
+        "mxfp4_moe_path": mxfp4_moe_path(spec, par, engine, hardware.get("gpu_name")),
         "int4_group_size": spec.quant.group_size,
         "hidden_size": int(spec.config["hidden_size"]),
         "attn_flop_dim": _attn_flop_dim(spec),

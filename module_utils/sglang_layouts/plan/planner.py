@@ -370,7 +370,7 @@ def plan_layout(
                 f"{lay['name']}: only {dynamic:.1f} GiB per GPU stay outside the static pool for CUDA graphs and "
                 "activations; lower mem_fraction_static if it OOMs while serving."
             )
-    plan["cost"] = decode_cost(spec, par, stages, hardware)
+    plan["cost"] = decode_cost(spec, par, stages, hardware, eng.name)
     return plan
 
 
