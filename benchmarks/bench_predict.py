@@ -399,7 +399,8 @@ def targets(rows, summ):
             "h200-unchecked",
         ),
         group_line(
-            "other GPUs (nothing fitted on them, the H200's constants and their datasheet rows)", "other-gpu"
+            "other GPUs (no bench figure fitted; the constants, some from H100 kernel profiles, and the GPUs' datasheet rows)",
+            "other-gpu",
         ),
         group_line(
             "other GPUs, architectures whose plan says the prediction is unchecked", "other-gpu-unchecked"
