@@ -19,8 +19,9 @@ stand, so the arithmetic is here to rerun and to read:
       tau_elementwise_us    node costs its class's busy time per kernel plus the idle per boundary
   M3  eta_elementwise       with --profile-elementwise DIR (Gemma 3 27B text tp1): the elementwise
                             kernels' time per node against the bytes each moves, by batch
-  M3  q_extra_mxfp4_us      with --profile-mxfp4 DIR (gpt-oss-120b tp1, the triton_kernels MXFP4 MoE):
-                            the batch-1 replay's span beyond the model's step, per layer
+  M3  q_extra_mxfp4_us,     with --profile-mxfp4 DIR (gpt-oss-120b tp1, the triton_kernels MXFP4 MoE)
+      q_extra_fp8_us        or --profile-fp8 DIR (minimax-m2-cut24 tp1, FP8 128 x 128 blocks): the
+                            batch-1 replay's span beyond the model's step, per layer
   M6  eta_kv                the same profile's decode-attention time at batch >= 8 against the KV
                             bytes the step reads: the least-squares slope is 1 / (eta_kv x BW)
 
@@ -175,6 +176,12 @@ def _profile_points(folder):
     return doc, points
 
 
+def _profile_hw(folder, hw):
+    """The hardware of a profile: its own GPU when profile_decode.py recorded it, else --profile-gpu's."""
+    doc, _ = _profile_points(folder)
+    return {**hw, "gpu_name": doc["gpu_name"]} if doc.get("gpu_name") else hw
+
+
 def _class_us(profile, names):
     return sum(profile["by_class"].get(n, {}).get("us", 0.0) for n in names)
 
@@ -289,36 +296,49 @@ def pin_profile(folder, hw):
     return out
 
 
-def pin_mxfp4(folder, hw):
-    """M3 on gpt-oss-120b tp1 (MXFP4 experts on the triton_kernels path): what a batch-1 replay spends
-    per layer beyond the model's step with every other constant as pinned, as q_extra_mxfp4_us."""
+# per-layer extras of a weight path, each pinned from a profile of a model that takes it:
+# constant -> (the model the lease profiles, the path's test on the speed model, what the path is)
+LAYER_EXTRAS = {
+    "q_extra_mxfp4_us": (
+        "gpt-oss-120b",
+        lambda m: m.cost.get("mxfp4_moe_path") == "triton_kernels",
+        "the triton_kernels MXFP4 MoE",
+    ),
+    "q_extra_fp8_us": (
+        "minimax-m2-cut24",
+        lambda m: m.quant == "fp8_block",
+        "FP8 128 x 128 block-scaled GEMMs",
+    ),
+}
+
+
+def pin_layer_extra(folder, hw, constant):
+    """M3 on a model whose weight path the other constants do not cover: what its batch-1 replay
+    spends per layer beyond the model's step, every other constant as pinned, as `constant`."""
+    name, takes_path, path = LAYER_EXTRAS[constant]
     doc, points = _profile_points(folder)
     one = next((p for p in points.values() if p["batch"] == 1), None)
     if one is None:
-        raise SystemExit(f"{folder}: no batch-1 point to pin q_extra_mxfp4_us from")
-    _, plan = bench_predict.model(
-        "gpt-oss-120b", {"name": "tp1", "tp": 1, "args": {"load_format": "dummy"}}, hw, {}
-    )
+        raise SystemExit(f"{folder}: no batch-1 point to pin {constant} from")
+    _, plan = bench_predict.model(name, {"name": "tp1", "tp": 1, "args": {"load_format": "dummy"}}, hw, {})
     plan["argv"] = doc.get("argv") or []
     m, _ = speed.model_for(plan, hw)
-    if m.cost.get("mxfp4_moe_path") != "triton_kernels":
-        raise SystemExit(
-            f"{folder}: the plan on {hw['gpu_name']} does not take the triton_kernels MXFP4 path"
-        )
+    if not takes_path(m):
+        raise SystemExit(f"{folder}: {name}'s plan on {hw['gpu_name']} does not take {path}")
     pr = one["profile"]
     ctx = one["prompt_tokens"] + one["decoded_at_profile"] + pr["steps"] / 2
-    with speed.overrides({"q_extra_mxfp4_us": 0.0}):
+    with speed.overrides({constant: 0.0}):
         terms = m.decode_terms(1, ctx)
     replay_us = (terms["step_s"] - terms["cpu"] - terms["fixed"]) * 1e6
     layers = int(m.stages[0]["layers"])
     return {
-        "q_extra_mxfp4_us": {
+        constant: {
             "value": round((pr["span_us_median"] - replay_us) / layers, 2),
             "source": f"{folder}/profile-summary.json ({one['point']})",
             "figures": [],
-            "derivation": f"(replay span {pr['span_us_median']:.1f} us - the model's replay {replay_us:.1f} us with "
-            f"{m.k_layer} kernels a layer and the constants above) / {layers} layers",
-            "command": f"PROFILE_MODEL=gpt-oss-120b POINTS=1x256,16x256,8x2048 benchmarks/gpu_lease.sh profile  # {folder}",
+            "derivation": f"{path}: (replay span {pr['span_us_median']:.1f} us - the model's replay {replay_us:.1f} us "
+            f"with {m.k_layer} kernels a layer and the constants above) / {layers} layers",
+            "command": f"PROFILE_MODEL={name} POINTS=1x256,16x256,8x2048 benchmarks/gpu_lease.sh profile  # {folder}",
         }
     }
 
@@ -371,11 +391,16 @@ def main(argv=None):
     ap.add_argument("--write", action="store_true", help="store the values in " + speed.MEASURED_DATA)
     ap.add_argument("--profile", help="a profile_decode.py folder of Qwen3-30B-A3B tp1 (M3, M6)")
     ap.add_argument(
-        "--profile-gpu", default="NVIDIA H200", help="the GPU that profile ran on (its bandwidth)"
+        "--profile-gpu",
+        default="NVIDIA H200",
+        help="the GPU the profiles ran on (its bandwidth), for folders that do not record theirs",
     )
     ap.add_argument(
         "--profile-elementwise",
         help="a profile_decode.py folder of Gemma 3 27B text tp1 (M3, eta_elementwise)",
+    )
+    ap.add_argument(
+        "--profile-fp8", help="a profile_decode.py folder of minimax-m2-cut24 tp1 (M3, q_extra_fp8_us)"
     )
     ap.add_argument(
         "--profile-mxfp4",
@@ -385,12 +410,20 @@ def main(argv=None):
     pinned = {}
     steps = [pin_eager, pin_sched, pin_prefill]
     hw = {**H200, "gpu_name": a.profile_gpu}
+    if a.profile_fp8:
+        steps.insert(
+            0, lambda: pin_layer_extra(a.profile_fp8, _profile_hw(a.profile_fp8, hw), "q_extra_fp8_us")
+        )
     if a.profile_mxfp4:
-        steps.insert(0, lambda: pin_mxfp4(a.profile_mxfp4, hw))
+        steps.insert(
+            0, lambda: pin_layer_extra(a.profile_mxfp4, _profile_hw(a.profile_mxfp4, hw), "q_extra_mxfp4_us")
+        )
     if a.profile_elementwise:
-        steps.insert(0, lambda: pin_elementwise(a.profile_elementwise, hw))
+        steps.insert(
+            0, lambda: pin_elementwise(a.profile_elementwise, _profile_hw(a.profile_elementwise, hw))
+        )
     if a.profile:
-        steps.insert(0, lambda: pin_profile(a.profile, hw))
+        steps.insert(0, lambda: pin_profile(a.profile, _profile_hw(a.profile, hw)))
     for step in steps:
         got = step()
         for name, entry in got.items():

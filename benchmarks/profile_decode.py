@@ -208,6 +208,21 @@ def run_point(
     }
 
 
+def gpu_name() -> str | None:
+    """The first GPU's name as nvidia-smi reports it (the pins take its bandwidth from it)."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.splitlines()[0].strip() if out.strip() else None
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     os.makedirs(os.path.join(a.out, "traces"), exist_ok=True)
     with open(os.path.join(a.model_path, "config.json")) as f:
@@ -222,7 +237,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     log_path = os.path.join(a.out, "server.log")
     with open(log_path, "w") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    result = {"schema": SCHEMA, "argv": argv, "points": []}
+    result = {"schema": SCHEMA, "argv": argv, "gpu_name": gpu_name(), "points": []}
     try:
         result["ready_s"] = round(wait_ready(base, proc, a.ready_ceiling_s), 1)
         rng = random.Random(0)
@@ -372,6 +387,7 @@ def cmd_analyze(a: argparse.Namespace) -> int:
         "the median step by span stands for the point; period = first kernel of one step to the first of the next",
         "argv": run.get("argv"),
         "ready_s": run.get("ready_s"),
+        "gpu_name": run.get("gpu_name"),
         "points": [],
     }
     for path in sorted(glob.glob(os.path.join(a.out, "traces", "*.trace.json.gz"))):

@@ -207,3 +207,28 @@ def test_eta_elementwise_is_the_slope_of_an_elementwise_nodes_time_against_the_b
     pin = pin_constants.pin_elementwise(str(folder), hw)["eta_elementwise"]
     assert pin["value"] == pytest.approx(eta, abs=1e-3)
     assert "gemma-3-27b-text, hidden 5376" in pin["derivation"]
+
+
+def test_a_paths_per_layer_extra_is_the_batch_1_span_beyond_the_model(tmp_path):
+    # gpt-oss-120b on an H100 takes the triton_kernels MXFP4 path; a span 10 us a layer over the
+    # model's replay (every other constant as it stands) pins q_extra_mxfp4_us at 10
+    folder = tmp_path / "prof"
+    folder.mkdir()
+    hw = {**pin_constants.H200, "gpu_name": "NVIDIA H100 80GB HBM3"}
+    _, plan = pin_constants.bench_predict.model(
+        "gpt-oss-120b", {"name": "tp1", "tp": 1, "args": {"load_format": "dummy"}}, hw, {}
+    )
+    plan["argv"] = []
+    m, _ = pin_constants.speed.model_for(plan, hw)
+    with pin_constants.speed.overrides({"q_extra_mxfp4_us": 0.0}):
+        t = m.decode_terms(1, 256 + 10 + 3)
+    layers = int(m.stages[0]["layers"])
+    span = (t["step_s"] - t["cpu"] - t["fixed"]) * 1e6 + 10.0 * layers
+    prof = {"steps": 6, "kernels_per_step": [868] * 6, "span_us_median": span, "by_class": {}}
+    point = {"point": "b1-p256", "batch": 1, "prompt_tokens": 256, "decoded_at_profile": 10, "profile": prof}
+    (folder / "profile-summary.json").write_text(json.dumps({"argv": [], "points": [point]}))
+    pin = pin_constants.pin_layer_extra(str(folder), hw, "q_extra_mxfp4_us")["q_extra_mxfp4_us"]
+    assert pin["value"] == pytest.approx(10.0, abs=0.01)
+    # a GPU where SGLang does not take that path is refused, not pinned
+    with pytest.raises(SystemExit, match="does not take the triton_kernels MXFP4 MoE"):
+        pin_constants.pin_layer_extra(str(folder), {**hw, "gpu_name": "NVIDIA B200"}, "q_extra_mxfp4_us")
