@@ -279,7 +279,7 @@ def h200_rows():
             gpu = record_gpu(rec)
             unchecked = (p.get("cost") or {}).get("unchecked")
             if "H200" not in gpu:
-                # no constant was pinned on this GPU: its datasheet row and the H200's measured constants
+                # no bench figure was fitted on this GPU: its datasheet row and the measured constants
                 r["group"] = "other-gpu-unchecked" if unchecked else "other-gpu"
                 r["what"] = f"{what} on {gpu}"
             elif rel in pins or f"{rel}@{conc}" in pins:
