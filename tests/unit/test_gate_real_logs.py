@@ -182,6 +182,20 @@ def test_a_gpu_index_past_the_host_says_the_layout_asks_for_too_many_gpus():
     assert m.line == "torch.AcceleratorError: CUDA error: invalid device ordinal"
 
 
+@pytest.mark.parametrize(
+    ("name", "fragmented"),
+    [
+        ("fail-oom-at-load-fragmented.gpt-oss-120b-h100.log", True),  # 5.27 GiB reserved, unallocated
+        ("fail-oom-at-load.kimi-k2.6-cut18.log", False),  # 72.98 MiB: the weights do not fit
+    ],
+)
+def test_an_oom_with_gibs_reserved_but_unallocated_names_the_allocators_setting(name, fragmented):
+    m = logclass.classify(_lines(name))
+    assert m.cls == "cuda_oom" and m.definitive
+    assert ("expandable_segments:True" in m.hint) == fragmented
+    assert m.line.startswith("torch.OutOfMemoryError: CUDA out of memory")
+
+
 def test_a_jit_build_failure_says_what_to_check():
     m = logclass.classify(_lines("fail-flashinfer-jit-no-data.kimi-k2.6-cut8.log"))
     assert m.cls == "jit_build_failed" and m.definitive

@@ -252,6 +252,18 @@ RULES: tuple[Rule, ...] = (
         "raised",
         "vLLM 0.32.0 source",
     ),
+    # Before the generic row: torch's message names what its caching allocator holds but does not
+    # use; a GiB or more of it is fragmentation the allocator's own setting returns.
+    _r(
+        "cuda_oom",
+        r"OutOfMemoryError: CUDA out of memory.* [1-9][0-9]*(\.[0-9]+)? GiB is reserved by PyTorch but unallocated",
+        True,
+        "a GPU ran out of memory with a GiB or more reserved by PyTorch but unallocated: the caching "
+        "allocator's free fragments (SGLang's MXFP4 weight swizzle leaves them on Hopper); "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the layout's env returns them",
+        "raised",
+        "SGLang 0.5.16 run (H100, gpt-oss-120b with PyTorch's default allocator, 5.27 GiB unallocated); torch 2.11",
+    ),
     _r(
         "cuda_oom",
         r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation",
