@@ -1,4 +1,4 @@
-"""Pin speed.py's OPEN constants from the H200 shard runs (docs/cost-model.md section 5), and print how.
+"""Pin speed.py's OPEN constants from our runs (H200 shard records, decode-step profiles; docs/cost-model.md section 5), and print how.
 
 Each constant is solved from named levels of committed records, with the other constants as they
 stand, so the arithmetic is here to rerun and to read:
