@@ -160,3 +160,30 @@ def test_previews_render_every_unit_from_the_roles_templates(repo, plan):
     assert "# Secret variables (HF_TOKEN, SGLANG_API_KEY)" in text
     router = previews["sglang-kimi-k2-6-tp4x2-router.service"]
     assert "sglang-router 0.2.4" in router and 'ExecStart="/opt/router/bin/python"' in router
+
+
+def test_the_allocator_the_plan_gives_the_mxfp4_path_reaches_the_unit_file(repo):
+    # gpt-oss-120b on an H100: SGLang's triton_kernels MXFP4 path, whose weight swizzle needs
+    # expandable segments to load (memory.allocator_env); the plan's env is what the unit runs with
+    from filter_plugins.sglang_layouts import FilterModule
+
+    plan = planner.plan_host(
+        {
+            "host": "gpu-host",
+            "model": {"name": "gpt-oss-120b", "path": str(repo / "models" / "gpt-oss-120b")},
+            "layouts": [{"name": "tp1", "tp": 1}],
+            "hardware": {
+                "gpu_count": 1,
+                "gpu_memory_gib": 79.18,
+                "gpu_interconnect": "none",
+                "gpu_name": "NVIDIA H100 80GB HBM3",
+            },
+            "serving": {"mem_fraction_static": 0.88, "context_length": 8192},
+        }
+    )
+    ctx = {**CTX, "host": "gpu-host", "model": {"name": "gpt-oss-120b"}, "default_engine": "sglang"}
+    previews = FilterModule().filters()["sglang_unit_previews"](
+        plan["layouts"], "gpu-host", ctx, str(repo / "roles/sglang_service/templates"), {}
+    )
+    (text,) = previews.values()
+    assert '"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"' in text
