@@ -83,19 +83,31 @@ def _set(name, value):
     speed.CONSTANTS[name] = (value, status, source)
 
 
+def _pin(value, source, derivation, command, figures=()):
+    """One entry of speed_measured.json: the value, where it comes from and how, the lease command
+    that made its source, and the figures the fit used up (bench_predict shows those as pins)."""
+    return {
+        "value": value,
+        "source": source,
+        "figures": list(figures),
+        "derivation": derivation,
+        "command": command,
+    }
+
+
 def pin_eager():
     rec = _record(EAGER)
     m = _model(rec)
     kernels = sum(int(st["layers"]) for st in m.stages) * m.k_layer
     itl = _level(rec, 1)["itl_ms"]["p50"]
     return {
-        "tau_cpu_eager_us": {
-            "value": round(itl * 1e3 / kernels, 2),
-            "source": EAGER,
-            "figures": [EAGER],
-            "derivation": f"ITL p50 at c1 {itl:.2f} ms / ({kernels} kernels: layers x {m.k_layer})",
-            "command": LEASE_CMD.format(vars="ladders-qwen3.yml", run="h200g"),
-        }
+        "tau_cpu_eager_us": _pin(
+            round(itl * 1e3 / kernels, 2),
+            EAGER,
+            f"ITL p50 at c1 {itl:.2f} ms / ({kernels} kernels: layers x {m.k_layer})",
+            LEASE_CMD.format(vars="ladders-qwen3.yml", run="h200g"),
+            figures=[EAGER],
+        )
     }
 
 
@@ -111,21 +123,21 @@ def pin_sched():
     )
     cmd = LEASE_CMD.format(vars="ladders-qwen3.yml", run="h200g")
     return {
-        "t_cpu_sched_ms": {
-            "value": round(base, 3),
-            "source": f"{NO_OVERLAP} - {TP1}",
+        "t_cpu_sched_ms": _pin(
             # tp1's own prediction has no scheduler CPU (overlap on): only the other record is used up
-            "figures": [NO_OVERLAP],
-            "derivation": how + "; least-squares intercept",
-            "command": cmd,
-        },
-        "t_cpu_sched_per_req_us": {
-            "value": round(slope * 1e3, 2),
-            "source": f"{NO_OVERLAP} - {TP1}",
-            "figures": [NO_OVERLAP],
-            "derivation": "the same line's slope",
-            "command": cmd,
-        },
+            round(base, 3),
+            f"{NO_OVERLAP} - {TP1}",
+            how + "; least-squares intercept",
+            cmd,
+            figures=[NO_OVERLAP],
+        ),
+        "t_cpu_sched_per_req_us": _pin(
+            round(slope * 1e3, 2),
+            f"{NO_OVERLAP} - {TP1}",
+            "the same line's slope",
+            cmd,
+            figures=[NO_OVERLAP],
+        ),
     }
 
 
@@ -149,20 +161,20 @@ def pin_prefill():
     eta = (lo + hi) / 2
     cmd = LEASE_CMD.format(vars="m7-qwen3.yml", run="h200h")
     return {
-        "t_request_ms": {
-            "value": round(t_request, 2),
-            "source": f"{TP1} (c1)",
-            "figures": [f"{TP1}@1"],
-            "derivation": f"TTFT p50 at c1, {in_short} prompt tokens, {ttft_short:.2f} ms - the model's host-bound prefill",
-            "command": LEASE_CMD.format(vars="ladders-qwen3.yml", run="h200g"),
-        },
-        "eta_f_attn_triton": {
-            "value": round(eta, 4),
-            "source": f"{M7} (c1)",
-            "figures": [M7],
-            "derivation": f"TTFT p50 at c1, {in_long} prompt tokens, {ttft_long:.2f} ms - t_request = the model's prefill",
-            "command": cmd,
-        },
+        "t_request_ms": _pin(
+            round(t_request, 2),
+            f"{TP1} (c1)",
+            f"TTFT p50 at c1, {in_short} prompt tokens, {ttft_short:.2f} ms - the model's host-bound prefill",
+            LEASE_CMD.format(vars="ladders-qwen3.yml", run="h200g"),
+            figures=[f"{TP1}@1"],
+        ),
+        "eta_f_attn_triton": _pin(
+            round(eta, 4),
+            f"{M7} (c1)",
+            f"TTFT p50 at c1, {in_long} prompt tokens, {ttft_long:.2f} ms - t_request = the model's prefill",
+            cmd,
+            figures=[M7],
+        ),
     }
 
 
@@ -234,14 +246,13 @@ def pin_profile(folder, hw):
     ]
     if len(kv_pts) >= 2:
         eta_kv, _, how, names = line(kv_pts, "KV bytes", "eta_kv")
-        out["eta_kv"] = {
-            "value": round(eta_kv, 3),
-            "source": f"{src} ({names})",
-            "figures": [],
-            "derivation": f"decode-attention time per step against KV bytes read: {how}; least-squares slope "
+        out["eta_kv"] = _pin(
+            round(eta_kv, 3),
+            f"{src} ({names})",
+            f"decode-attention time per step against KV bytes read: {how}; least-squares slope "
             f"= 1 / (eta_kv x {m.bw / 1e9:.0f} GB/s)",
-            "command": cmd,
-        }
+            cmd,
+        )
     # M3: the weight-streaming kernels' time against the bytes they read, over every point; the
     # intercept is their part of the per-kernel floors (a batch-1 GEMV is latency-bound, so batch 1
     # alone would put the floors into eta_weights)
@@ -250,49 +261,45 @@ def pin_profile(folder, hw):
         for p in points.values()
     ]
     eta_w, intercept, how, names = line(stream, "weight bytes (batch sizes)", "eta_weights")
-    out["eta_weights"] = {
-        "value": round(eta_w, 3),
-        "source": f"{src} ({names})",
-        "figures": [],
-        "derivation": f"GEMM and MoE kernel time per step against the weight bytes it reads: {how}; least-squares "
+    out["eta_weights"] = _pin(
+        round(eta_w, 3),
+        f"{src} ({names})",
+        f"GEMM and MoE kernel time per step against the weight bytes it reads: {how}; least-squares "
         f"slope = 1 / (eta_weights x {m.bw / 1e9:.0f} GB/s), intercept {intercept * 1e6:.0f} us (their floors)",
-        "command": cmd,
-    }
+        cmd,
+    )
     # what the batch-1 replay spends beyond streaming its weights and KV is one floor per kernel node
     pr = one["profile"]
     kernels = pr["kernels_per_step"][len(pr["kernels_per_step"]) // 2]
     bytes_us = weight_bytes(1) / (eta_w * m.bw) * 1e6
     eta_kv = out["eta_kv"]["value"] if "eta_kv" in out else speed.c("eta_kv")
     kv_us = m.kv_read_bytes(layers, 1, context(one)) / (eta_kv * m.bw) * 1e6
-    out["tau_kernel_us"] = {
-        "value": round((pr["span_us_median"] - bytes_us - kv_us) / kernels, 3),
-        "source": f"{src} ({one['point']})",
-        "figures": [],
-        "derivation": f"(replay span {pr['span_us_median']:.1f} us - weights {weight_bytes(1) / 1e9:.3f} GB at "
+    out["tau_kernel_us"] = _pin(
+        round((pr["span_us_median"] - bytes_us - kv_us) / kernels, 3),
+        f"{src} ({one['point']})",
+        f"(replay span {pr['span_us_median']:.1f} us - weights {weight_bytes(1) / 1e9:.3f} GB at "
         f"eta_weights, {bytes_us:.1f} us - KV {kv_us:.1f} us) / {kernels} kernel nodes ({kernels / layers:.2f} "
         f"per layer; the model counts {m.k_layer})",
-        "command": cmd,
-    }
+        cmd,
+    )
     # an elementwise node (a few KB): its class's busy time per kernel plus the gap before the next node
     elementwise = (pr.get("by_class") or {}).get("elementwise")
     if elementwise and pr.get("idle_us_per_kernel_boundary") is not None:
         per = elementwise["us"] / elementwise["count"]
-        out["tau_elementwise_us"] = {
-            "value": round(per + pr["idle_us_per_kernel_boundary"], 3),
-            "source": f"{src} ({one['point']})",
-            "figures": [],
-            "derivation": f"elementwise kernels {elementwise['us']:.1f} us / {elementwise['count']} + the replay's idle "
+        out["tau_elementwise_us"] = _pin(
+            round(per + pr["idle_us_per_kernel_boundary"], 3),
+            f"{src} ({one['point']})",
+            f"elementwise kernels {elementwise['us']:.1f} us / {elementwise['count']} + the replay's idle "
             f"{pr['idle_us_per_kernel_boundary']:.3f} us per node boundary",
-            "command": cmd,
-        }
+            cmd,
+        )
     if pr.get("outside_replay_us_median") is not None:
-        out["t_fixed_ms"] = {
-            "value": round(pr["outside_replay_us_median"] / 1e3, 4),
-            "source": f"{src} ({one['point']})",
-            "figures": [],
-            "derivation": f"step period {pr['period_us_median']:.1f} us - replay span {pr['span_us_median']:.1f} us",
-            "command": cmd,
-        }
+        out["t_fixed_ms"] = _pin(
+            round(pr["outside_replay_us_median"] / 1e3, 4),
+            f"{src} ({one['point']})",
+            f"step period {pr['period_us_median']:.1f} us - replay span {pr['span_us_median']:.1f} us",
+            cmd,
+        )
     return out
 
 
@@ -332,14 +339,13 @@ def pin_layer_extra(folder, hw, constant):
     replay_us = (terms["step_s"] - terms["cpu"] - terms["fixed"]) * 1e6
     layers = int(m.stages[0]["layers"])
     return {
-        constant: {
-            "value": round((pr["span_us_median"] - replay_us) / layers, 2),
-            "source": f"{folder}/profile-summary.json ({one['point']})",
-            "figures": [],
-            "derivation": f"{path}: (replay span {pr['span_us_median']:.1f} us - the model's replay {replay_us:.1f} us "
+        constant: _pin(
+            round((pr["span_us_median"] - replay_us) / layers, 2),
+            f"{folder}/profile-summary.json ({one['point']})",
+            f"{path}: (replay span {pr['span_us_median']:.1f} us - the model's replay {replay_us:.1f} us "
             f"with {m.k_layer} kernels a layer and the constants above) / {layers} layers",
-            "command": f"PROFILE_MODEL={name} POINTS=1x256,16x256,8x2048 benchmarks/gpu_lease.sh profile  # {folder}",
-        }
+            f"PROFILE_MODEL={name} POINTS=1x256,16x256,8x2048 benchmarks/gpu_lease.sh profile  # {folder}",
+        )
     }
 
 
@@ -374,15 +380,14 @@ def pin_elementwise(folder, hw):
     slope, intercept = _least_squares([(x, y) for x, y, _ in pts])
     how = ", ".join(f"{n}: {x / 1e3:.0f} kB, {y * 1e6:.3f} us" for x, y, n in pts)
     return {
-        "eta_elementwise": {
-            "value": round(1.0 / (slope * m.bw), 3),
-            "source": f"{folder}/profile-summary.json ({', '.join(n for _, _, n in pts)})",
-            "figures": [],
-            "derivation": f"elementwise kernel time per node against the bytes it moves ({name}, hidden {m.hidden}): "
+        "eta_elementwise": _pin(
+            round(1.0 / (slope * m.bw), 3),
+            f"{folder}/profile-summary.json ({', '.join(n for _, _, n in pts)})",
+            f"elementwise kernel time per node against the bytes it moves ({name}, hidden {m.hidden}): "
             f"{how}; least-squares slope = 1 / (eta_elementwise x {m.bw / 1e9:.0f} GB/s), intercept "
             f"{intercept * 1e6:.2f} us",
-            "command": f"PROFILE_MODEL={name} POINTS=1x256,16x256,8x2048 benchmarks/gpu_lease.sh profile  # {folder}",
-        }
+            f"PROFILE_MODEL={name} POINTS=1x256,16x256,8x2048 benchmarks/gpu_lease.sh profile  # {folder}",
+        )
     }
 
 

@@ -409,14 +409,9 @@ class SpeedModel:
         eta_a = c("eta_f_attn_triton") if self.attention_backend == "triton" else eta_d
         compute = dense_flops / (eta_d * f_d) + routed_flops / (eta_r * f_r) + attn_flops / (eta_a * f_d)
         kv = 0.0 if prefill else self.kv_read_bytes(layers, tokens, kv_tokens) / (c("eta_kv") * self.bw)
-        floors = (
-            layers
-            * (
-                (self.k_layer - self.k_elementwise) * c("tau_kernel_us")
-                + self.k_elementwise * c("tau_elementwise_us")
-            )
-            * 1e-6
-        )
+        kernel_us = (self.k_layer - self.k_elementwise) * c("tau_kernel_us")
+        elementwise_us = self.k_elementwise * c("tau_elementwise_us")
+        floors = layers * (kernel_us + elementwise_us) * 1e-6
         # unfused elementwise ops also move each token's hidden vector, read and written in fp32
         elementwise_bytes = layers * self.k_elementwise * tokens * self.hidden * ELEMENTWISE_BYTES_PER_VALUE
         floors += elementwise_bytes / (c("eta_elementwise") * self.bw)
