@@ -188,6 +188,12 @@ def _profile_points(folder):
     return doc, points
 
 
+def _profiled_model(doc, default):
+    """The models/ folder a profile ran (its server's --model-path), or default for an older profile."""
+    argv = doc.get("argv") or []
+    return os.path.basename(argv[argv.index("--model-path") + 1]) if "--model-path" in argv else default
+
+
 def _profile_hw(folder, hw):
     """The hardware of a profile: its own GPU when profile_decode.py recorded it, else --profile-gpu's."""
     doc, _ = _profile_points(folder)
@@ -304,7 +310,8 @@ def pin_profile(folder, hw):
 
 
 # per-layer extras of a weight path, each pinned from a profile of a model that takes it:
-# constant -> (the model the lease profiles, the path's test on the speed model, what the path is)
+# constant -> (the model a profile without its --model-path ran, the path's test on the speed model,
+# what the path is); a cut of the same model serves as well (minimax-m2-cut16 fits an H100)
 LAYER_EXTRAS = {
     "q_extra_mxfp4_us": (
         "gpt-oss-120b",
@@ -322,8 +329,9 @@ LAYER_EXTRAS = {
 def pin_layer_extra(folder, hw, constant):
     """M3 on a model whose weight path the other constants do not cover: what its batch-1 replay
     spends per layer beyond the model's step, every other constant as pinned, as `constant`."""
-    name, takes_path, path = LAYER_EXTRAS[constant]
+    default, takes_path, path = LAYER_EXTRAS[constant]
     doc, points = _profile_points(folder)
+    name = _profiled_model(doc, default)
     one = next((p for p in points.values() if p["batch"] == 1), None)
     if one is None:
         raise SystemExit(f"{folder}: no batch-1 point to pin {constant} from")
@@ -354,12 +362,7 @@ def pin_elementwise(folder, hw):
     the bytes each moves (batch x hidden x ELEMENTWISE_BYTES_PER_VALUE), over every point; the slope
     is 1 / (eta_elementwise x BW)."""
     doc, points = _profile_points(folder)
-    argv = doc.get("argv") or []
-    name = (
-        os.path.basename(argv[argv.index("--model-path") + 1])
-        if "--model-path" in argv
-        else "gemma-3-27b-text"
-    )
+    name = _profiled_model(doc, "gemma-3-27b-text")
     _, plan = bench_predict.model(name, {"name": "tp1", "tp": 1, "args": {"load_format": "dummy"}}, hw, {})
     m, _ = speed.model_for(plan, hw)
     if not m.k_elementwise:
@@ -405,7 +408,8 @@ def main(argv=None):
         help="a profile_decode.py folder of Gemma 3 27B text tp1 (M3, eta_elementwise)",
     )
     ap.add_argument(
-        "--profile-fp8", help="a profile_decode.py folder of minimax-m2-cut24 tp1 (M3, q_extra_fp8_us)"
+        "--profile-fp8",
+        help="a profile_decode.py folder of minimax-m2-cut24 (or -cut16, which fits an H100) tp1 (M3, q_extra_fp8_us)",
     )
     ap.add_argument(
         "--profile-mxfp4",

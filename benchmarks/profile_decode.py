@@ -54,7 +54,14 @@ CLASSES = [
         r"fused_moe|moe_align|moe_sum|marlin|matmul_ogs|topk|top_k|_moe_|expert|count_and_sort"
         r"|_router_triton|bitmatrix|ragged_tensor_metadata|^_reduce$",
     ),
-    ("gemm", r"nvjet|gemm|gemv|cutlass|xmma|sm90_|ampere_|cublas|Kernel2|splitKreduce|dot_kernel"),
+    # FP8 block-scaled linears (MiniMax-M2, DeepSeek FP8): a triton GEMM over 128 x 128 blocks, each fed
+    # by a per-token-group quantisation of its activations
+    (
+        "gemm",
+        r"nvjet|gemm|gemv|cutlass|xmma|sm90_|ampere_|cublas|Kernel2|splitKreduce|dot_kernel"
+        r"|w8a8_block_fp8_matmul",
+    ),
+    ("act_quant", r"per_token_group_quant|per_tensor_quant|scaled_fp8_quant"),
     ("norm", r"rms|norm"),
     ("rope", r"rotary|rope"),
     ("kv_store", r"set_kv|store_kv|kv_buffer|copy_kv|scatter"),

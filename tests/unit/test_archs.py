@@ -7,6 +7,7 @@ Parameter counts are the model cards' published totals; pool sizes are SGLang 0.
 import json
 
 import pytest
+from sglang_layouts.estimate.memory import CUDA_CONTEXT_SINGLE_GPU_GIB
 from sglang_layouts.estimate.model import GIB, PlanError, load_model
 from sglang_layouts.gpu_specs import gpu_spec
 from sglang_layouts.plan import planner
@@ -86,7 +87,8 @@ def test_gpt_oss_pool_is_hybrid_swa_sized_as_sglang_does(repo):
     )
     per_layer = 8 * 64 * 2 * 2  # kv heads x head_dim x (k, v) x bf16
     cell = per_layer * 18 + 0.8 * per_layer * 18
-    kv_gib = lay["budget_gib"] - lay["ranks"][0]["weights_gib"] - 0.88  # the plan's own budget arithmetic
+    # the plan's own budget arithmetic: mem_fraction_static x the one-GPU context outside it
+    kv_gib = lay["budget_gib"] - lay["ranks"][0]["weights_gib"] - 0.88 * CUDA_CONTEXT_SINGLE_GPU_GIB
     assert lay["kv_tokens"] == pytest.approx(kv_gib * GIB / cell, rel=1e-4)
     assert pool["swa_tokens"] == int(lay["kv_tokens"] * 0.8)
     assert any("HybridSWAPoolConfigurator" in n for n in lay["notes"])
@@ -98,7 +100,7 @@ def test_qwen3_next_state_pool_takes_its_share_before_the_kv_pool(repo):
     # 18 Gated-DeltaNet layers: conv state (32x128 + 2x16x128) x 3 bf16, recurrent 32 x 128 x 128 fp32
     per_req = (8192 * 3 * 2 + 32 * 128 * 128 * 4) * 18
     assert pool["state_bytes_per_request"] == per_req
-    budget = (lay["budget_gib"] - lay["ranks"][0]["weights_gib"] - 0.88) * GIB
+    budget = (lay["budget_gib"] - lay["ranks"][0]["weights_gib"] - 0.88 * CUDA_CONTEXT_SINGLE_GPU_GIB) * GIB
     slots = int(budget * 0.9 / 1.9 // per_req)
     assert pool["state_slots"] == pytest.approx(slots, abs=1)
     kv_per_token = 6 * 2 * 256 * 2 * 2  # 6 full-attention layers, 2 kv heads of 256, k and v, bf16

@@ -1,8 +1,8 @@
-"""Real starts on one H100 (tests/fixtures/sglang-0.5.16/h100/, leases benchmarks/results/h100-2026-12-06b/
-and h100-2026-12-06c/) against the plan made from that lease's own ladder: weights per GPU and KV
+"""Real starts on one H100 (tests/fixtures/sglang-0.5.16/h100/, leases benchmarks/results/h100-2026-12-06b/,
+h100-2026-12-06c/, h100-2026-12-07b/, h100-2026-12-07c/ and h100-2026-12-07e/) against the plan made from that lease's own ladder: weights per GPU and KV
 tokens within 2 %, per server of a prefill/decode layout whose two servers share the GPU.
 
-Three starts miss, each kept as a strict xfail, so the test fails once the plan reaches the
+Two starts miss, each kept as a strict xfail, so the test fails once the plan reaches the
 measurement:
 
 - the decode server that starts beside a prefill server finds the prefill server's CUDA graphs and
@@ -10,15 +10,19 @@ measurement:
   does not count (the second lease, with prefill graphs off, starts the same decode server within
   2 % of the plan);
 - the Kimi K2.6 TP8 rank's weights are 0.53 GiB (0.7 %) over the plan, which its 3 GiB pool
-  (mem_fraction_static 0.95) turns into 10 % of KV;
-- Qwen3-30B-A3B's KV pool is 2.1 % above the plan on the H100 (within 0.5 % on the H200), for a
-  reason not found yet.
+  (mem_fraction_static 0.95) turns into 10 % of KV.
+
+Qwen3-30B-A3B's KV pool was 2.1 % above the plan on the H100 while the plan reserved 1 GiB of CUDA
+context for a one-GPU engine; these starts found 0.68-0.75 GiB in use before load
+(memory.CUDA_CONTEXT_SINGLE_GPU_GIB), and with that the start is within 0.2 %.
 
 gpt-oss on SGLang's triton_kernels MXFP4 path (lease h100-2026-12-07b): with PyTorch's default
 allocator every start misses by the free fragments the allocator keeps after each layer's weight
 swizzle (strict xfails; the plan's claims about them, its KV tokens an upper bound and expandable
 segments the remedy, are checked); with expandable segments the plan models what stays mapped and
-each start is within 2 %. The independent check (lease h100-2026-12-07c, the whole gpt-oss-120b
+the 20-layer and 18-layer starts are within 2 %; the 30-layer cut keeps 0.41 GiB more than the
+model (its KV 3.4 % over the plan, a strict xfail), which the 1 GiB context of earlier plans hid.
+The independent check (lease h100-2026-12-07c, the whole gpt-oss-120b
 with them, planned before the start) is within 2 % on weights and 21 % over on KV tokens: 0.58 GiB
 more stays than one page a freed block, and the H100's pool at mem_fraction_static 0.88 is 1.54 GiB.
 """
@@ -35,14 +39,14 @@ from benchmarks.plan_arch_check import DEFAULT_ALLOCATOR, as_ran, repo_model
 
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "tests" / "fixtures" / "sglang-0.5.16" / "h100"
-FIRST, SECOND, GPT_OSS = "h100-2026-12-06b", "h100-2026-12-06c", "h100-2026-12-07b"
+FIRST, SECOND, GPT_OSS, FP8 = "h100-2026-12-06b", "h100-2026-12-06c", "h100-2026-12-07b", "h100-2026-12-07e"
 # lease h100-2026-12-07c ran the ladder prepared for an H200 (its plan written before the start)
 WHOLE = "h200-2026-12-07b"
 LEASES = {
     lease: yaml.safe_load((REPO / "benchmarks" / "results" / lease / "ladders.yml").read_text())[
         "sglang_gpu_ladders"
     ]
-    for lease in (FIRST, SECOND, GPT_OSS, WHOLE)
+    for lease in (FIRST, SECOND, GPT_OSS, WHOLE, FP8)
 }
 # torch's capacity of the card the lease got (its records' gpu block: 81,559 MiB, 79.19 GiB usable)
 H100 = {
@@ -95,15 +99,10 @@ CASES = [
     # the same pd layout with prefill graphs off: nothing unplanned beside the decode server's pool
     ("qwen1.5-moe-a2.7b.pd-prefill.no-prefill-graphs.log", "qwen1.5-moe-a2.7b", "pd-tcp", "prefill", SECOND),
     ("qwen1.5-moe-a2.7b.pd-decode.no-prefill-graphs.log", "qwen1.5-moe-a2.7b", "pd-tcp", "decode", SECOND),
-    # 2.1 % more KV than planned on this card, where the same model's H200 starts are within 0.5 %
-    pytest.param(
-        "qwen3-30b-a3b.tp1.log",
-        "qwen3-30b-a3b",
-        "tp1",
-        None,
-        SECOND,
-        marks=pytest.mark.xfail(strict=True, reason="KV 2.1 % above the plan on the H100, cause not found"),
-    ),
+    # 2.1 % more KV than planned while the plan reserved 1 GiB of context for one GPU
+    ("qwen3-30b-a3b.tp1.log", "qwen3-30b-a3b", "tp1", None, SECOND),
+    # FP8 128 x 128 blocks (MiniMax-M2 cut to 16 layers, its 24-layer cut's H200 start is within 1 %)
+    ("minimax-m2-cut16.tp1.log", "minimax-m2-cut16", "tp1", None, FP8),
     pytest.param(
         "kimi-k2.6-tp8-rank.tp1.log",
         "kimi-k2.6-tp8-rank",
@@ -134,8 +133,20 @@ GPT_OSS_STARTS = [
 ]
 # with PyTorch's default allocator the residue is its splitting history's (not modelled); with
 # expandable segments it is what stays mapped of the freed blocks (memory.swizzle_residue_bytes)
+PAGE_RESIDUE = {
+    "gpt-oss-120b-cut30": pytest.mark.xfail(
+        strict=True, reason="0.41 GiB more residue than one page a freed block"
+    )
+}
 CASES += [
-    pytest.param(f"{m}.{lay}.log", m, lay, None, GPT_OSS, marks=[] if "expandable" in lay else RESIDUE)
+    pytest.param(
+        f"{m}.{lay}.log",
+        m,
+        lay,
+        None,
+        GPT_OSS,
+        marks=PAGE_RESIDUE.get(m, []) if "expandable" in lay else RESIDUE,
+    )
     for m, lay in GPT_OSS_STARTS
 ]
 

@@ -185,6 +185,10 @@ ARCHS: dict[str, Arch] = {
             correction_bias="always",
             qk_norm="all",
             moe_kernel_checked=False,
+            # counted (lease h100-2026-12-07e): 372 nodes for 16 layers; the q/k norm over every head
+            # is three kernels, and each of the four FP8 block-scaled GEMMs has its activations'
+            # per-token-group quantisation before it
+            kernels_per_layer=23,
         ),
     )
 }

@@ -22,6 +22,7 @@ from ..estimate.memory import (
     TRANSIENT_LAYERS,
     allocation_sequence,
     allocator_env,
+    cuda_context_gib,
     decode_cost,
     kv_dtype_bytes,
     kv_pool,
@@ -280,9 +281,11 @@ def plan_layout(
     # SGLang sizes its pool from the memory free before load (CUDA context gone);
     # vLLM's utilization covers the whole card and its profiled activation peak.
     if eng.fraction_covers_activations:
-        reserve = CUDA_CONTEXT_GIB + eng.activation_reserve_gib
+        context = CUDA_CONTEXT_GIB
+        reserve = context + eng.activation_reserve_gib
     else:
-        reserve = mfs * CUDA_CONTEXT_GIB
+        context = cuda_context_gib(par["gpus_per_engine"])
+        reserve = mfs * context
     kv_fixed_gib = _fixed_kv_gib(eng, args, lay["env"])
     for pp_rank, comps in enumerate(stages):
         w = sum(comps.values()) / GIB
@@ -317,7 +320,7 @@ def plan_layout(
     plan["weights_gib_per_gpu"] = _r(weights)
     plan["kv_bytes_per_token"] = max(r["kv_bytes_per_token"] for r in ranks)
     transient = TRANSIENT_LAYERS * largest_layer_bytes(spec, par) / GIB
-    usable = capacity - CUDA_CONTEXT_GIB
+    usable = capacity - context
     if weights > usable:
         plan["verdict"], plan["failure"] = "oom", "oom_at_load"
         # the usual cause: fewer GPUs than meant (ep adds none)
@@ -330,7 +333,7 @@ def plan_layout(
             f"and no {eng.fraction_flag} can help. Spread the model over more GPUs."
         )
     elif weights + reserve >= budget:
-        need = (weights + CUDA_CONTEXT_GIB + eng.activation_reserve_gib) / capacity
+        need = (weights + context + eng.activation_reserve_gib) / capacity
         plan["verdict"], plan["failure"] = "oom", "kv_no_memory"
         plan["reasons"].append(
             f"{lay['name']}: the weights ({weights:.1f} GiB per GPU) leave no KV cache inside the {budget:.1f} GiB "
