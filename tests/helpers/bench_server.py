@@ -33,6 +33,8 @@ class FakeState:
     chunked: bool = True
     usage: bool = True
     context_length: int | None = None  # reported by /server_info when set
+    server_info: bool = True  # False: /server_info answers 404 (an engine without it)
+    health_status: int = 200
     metrics: str | None = None  # Prometheus text served at /metrics (404 when None)
     compile_s: float = 0.0
     compiled: Iterable[int] = (1,)  # batch sizes already compiled (1: the server's own start-up warm-up)
@@ -57,6 +59,7 @@ class FakeState:
         self.inflight = 0
         self.max_inflight = 0
         self.peers = []  # (address, port) of the connection of each measured request
+        self.gets = []  # the path of every GET, in order
 
 
 def make_handler(state: FakeState):
@@ -68,11 +71,13 @@ def make_handler(state: FakeState):
             return bool(state.dead_after) and state.count >= state.dead_after
 
         def do_GET(self):
+            with state.lock:
+                state.gets.append(self.path)
             if self._dead():
                 self._json(503, {"error": "the engine is gone"})
             elif self.path == "/health":
-                self._json(200, {})
-            elif self.path == "/server_info":
+                self._json(state.health_status, {})
+            elif self.path == "/server_info" and state.server_info:
                 info = {"version": "fake-1", "max_total_num_tokens": 1000, "max_running_requests": 48}
                 if state.context_length:
                     info["context_length"] = state.context_length

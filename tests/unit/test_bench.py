@@ -184,6 +184,29 @@ def test_unreachable_server_is_a_clear_error():
         loadgen.run_benchmark(cfg)
 
 
+def test_a_server_whose_server_info_answers_is_not_asked_health():
+    # SGLang's /health generates a token and sleeps 1 s before it looks: a second of every layout
+    with FakeServer(step_s=0.001, first_s=0.002) as srv:
+        cfg = loadgen.make_config(srv.url, concurrency=[1], num_prompts=1, output_len=2, warmup=0)
+        out = loadgen.run_benchmark(cfg)
+    assert out["levels"][0]["completed"] == 1 and "/server_info" in srv.state.gets
+    assert "/health" not in srv.state.gets and "answered" not in out["server"]
+
+
+@pytest.mark.parametrize(
+    ("health", "outcome"), [(200, None), (503, "is not ready: GET /health answered HTTP 503")]
+)
+def test_without_server_info_health_decides(health, outcome):
+    with FakeServer(step_s=0.001, first_s=0.002, server_info=False, health_status=health) as srv:
+        cfg = loadgen.make_config(srv.url, concurrency=[1], num_prompts=1, output_len=2, warmup=0)
+        if outcome:
+            with pytest.raises(loadgen.BenchError, match=outcome):
+                loadgen.run_benchmark(cfg)
+        else:
+            assert loadgen.run_benchmark(cfg)["levels"][0]["completed"] == 1
+    assert srv.state.gets[:2] == ["/server_info", "/health"]
+
+
 def test_timeout_fails_the_request_not_the_run():
     with FakeServer(step_s=0.2, first_s=0.01) as srv:
         cfg = loadgen.make_config(

@@ -815,12 +815,13 @@ def summarize(levels, knee_fraction=KNEE_FRACTION, slo_max_rate=None):
 
 
 def discover(cfg, api_key=None):
-    """Ask the server what it is (best effort): /server_info, and the model id for OpenAI routes."""
+    """Ask the server what it is (best effort): /server_info. Its "answered" is whether /server_info
+    answered 200 (check_reachable then asks nothing more)."""
     info = {}
     try:
         status, body = http_json(cfg["url"] + "/server_info", api_key=api_key, timeout=15)
         if status == 200 and isinstance(body, dict):
-            info = {
+            info = {"answered": True} | {
                 k: body.get(k)
                 for k in (
                     "version",
@@ -838,6 +839,11 @@ def discover(cfg, api_key=None):
             }
     except (OSError, urllib.error.URLError, ValueError):
         pass
+    return info
+
+
+def learn_model(cfg, api_key=None):
+    """The model id the OpenAI routes need, from /v1/models, unless cfg names it."""
     if cfg["api"] != "generate" and not cfg["model"]:
         try:
             status, body = http_json(cfg["url"] + "/v1/models", api_key=api_key, timeout=15)
@@ -846,10 +852,15 @@ def discover(cfg, api_key=None):
         if status != 200 or not isinstance(body, dict) or not body.get("data"):
             raise BenchError(f"{cfg['url']}/v1/models answered HTTP {status}: {str(body)[:200]}")
         cfg["model"] = body["data"][0]["id"]
-    return info
 
 
-def check_reachable(cfg, api_key=None):
+def check_reachable(cfg, api_key=None, server=None):
+    """The server answers. A /server_info that answered 200 (discover) says so; /health decides
+    otherwise (an engine without /server_info, or one that did not answer it). SGLang's /health runs
+    a one-token generation and sleeps 1 s before it looks at the answer (http_server.py
+    health_generate), a second of every layout's benchmark that the readiness gate has just spent."""
+    if (server or {}).get("answered"):
+        return
     try:
         status, _body = http_json(cfg["url"] + "/health", api_key=api_key, timeout=30)
     except (OSError, urllib.error.URLError) as exc:
@@ -930,8 +941,10 @@ def run_benchmark(cfg, api_key=None, progress=None, keep_requests=False):
     """Run every level of cfg (and the SLO search); returns {"summary", "levels", "config", "server", "formulas"}."""
     cfg = dict(cfg)
     cfg["_api_key"] = api_key
-    check_reachable(cfg, api_key)
     server = discover(cfg, api_key)
+    check_reachable(cfg, api_key, server)
+    server.pop("answered", None)
+    learn_model(cfg, api_key)
     check_against_server(cfg, server)
     levels = []
     t0 = time.time()
