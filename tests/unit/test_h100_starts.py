@@ -1,6 +1,7 @@
-"""Real starts on one H100 (tests/fixtures/sglang-0.5.16/h100/, leases benchmarks/results/h100-2026-12-06b/,
-h100-2026-12-06c/, h100-2026-12-07b/, h100-2026-12-07c/ and h100-2026-12-07e/) against the plan made from that lease's own ladder: weights per GPU and KV
-tokens within 2 %, per server of a prefill/decode layout whose two servers share the GPU.
+"""Real starts on one H100 (tests/fixtures/sglang-0.5.16/h100/; leases h100-2026-12-06b, -06c, -07b,
+-07c and -07e under benchmarks/results/) against the plan made from that lease's own ladder: weights
+per GPU and KV tokens within 2 %, per server of a prefill/decode layout whose two servers share the
+GPU.
 
 Two starts miss, each kept as a strict xfail, so the test fails once the plan reaches the
 measurement:
@@ -20,10 +21,10 @@ gpt-oss on SGLang's triton_kernels MXFP4 path (lease h100-2026-12-07b): with PyT
 allocator every start misses by the free fragments the allocator keeps after each layer's weight
 swizzle (strict xfails; the plan's claims about them, its KV tokens an upper bound and expandable
 segments the remedy, are checked); with expandable segments the plan models what stays mapped and
-the 20-layer and 18-layer starts are within 2 %; the 30-layer cut keeps 0.41 GiB more than the
-model (its KV 3.4 % over the plan, a strict xfail), which the 1 GiB context of earlier plans hid.
-The independent check (lease h100-2026-12-07c, the whole gpt-oss-120b
-with them, planned before the start) is within 2 % on weights and 21 % over on KV tokens: 0.58 GiB
+gpt-oss-20b and gpt-oss-120b cut to 18 layers are within 2 %; the 30-layer cut keeps 0.41 GiB more
+than the model (its KV 3.4 % over the plan, a strict xfail), which the 1 GiB context of earlier
+plans hid. The independent check (lease h100-2026-12-07c, the whole gpt-oss-120b with them, planned
+before the start) is within 2 % on weights and 39 % over on KV tokens: 0.58 GiB
 more stays than one page a freed block, and the H100's pool at mem_fraction_static 0.88 is 1.54 GiB.
 """
 
