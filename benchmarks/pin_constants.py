@@ -68,10 +68,10 @@ def _level(rec, conc):
     return next(lv for lv in rec["levels"] if lv["concurrency"] == conc)
 
 
-def _model(rec, hw=H200):
-    """The speed model of the record's server as it ran (its argv)."""
+def _model(rec, hw=H200, name="qwen3-30b-a3b"):
+    """The speed model of models/<name> tp1 as the record's (or profile's) server ran it (its argv)."""
     _, p = bench_predict.model(
-        "qwen3-30b-a3b", {"name": rec["layout"], "tp": 1, "args": {"load_format": "dummy"}}, hw, {}
+        name, {"name": rec["layout"], "tp": 1, "args": {"load_format": "dummy"}}, hw, {}
     )
     p["argv"] = rec["argv"]
     m, _ = speed.model_for(p, hw)
@@ -194,6 +194,16 @@ def _profiled_model(doc, default):
     return os.path.basename(argv[argv.index("--model-path") + 1]) if "--model-path" in argv else default
 
 
+def _profile_context(p):
+    """A profiled point's context while profiled: the prompt, the tokens decoded when the profile was
+    asked for, half the steps."""
+    return p["prompt_tokens"] + p["decoded_at_profile"] + p["profile"]["steps"] / 2
+
+
+def _profile_cmd(name, folder):
+    return f"PROFILE_MODEL={name} POINTS=1x256,16x256,8x2048 benchmarks/gpu_lease.sh profile  # {folder}"
+
+
 def _profile_hw(folder, hw):
     """The hardware of a profile: its own GPU when profile_decode.py recorded it, else --profile-gpu's."""
     doc, _ = _profile_points(folder)
@@ -228,10 +238,6 @@ def pin_profile(folder, hw):
     def weight_bytes(batch):
         return float(st.get("dense_bytes", 0)) + float(st.get("expert_bytes", 0)) * m.expert_share(batch)
 
-    def context(p):
-        # while profiled: the prompt, the tokens decoded when the profile was asked for, half the steps
-        return p["prompt_tokens"] + p["decoded_at_profile"] + p["profile"]["steps"] / 2
-
     def line(pts, what, name):
         if len({round(x) for x, _, _ in pts}) < 2:
             raise SystemExit(f"{folder}: {name} needs points that read different {what}")
@@ -243,7 +249,7 @@ def pin_profile(folder, hw):
     # M6: decode attention against the KV bytes it reads, where the reads are large (batch >= 8)
     kv_pts = [
         (
-            m.kv_read_bytes(layers, p["batch"], p["batch"] * context(p)),
+            m.kv_read_bytes(layers, p["batch"], p["batch"] * _profile_context(p)),
             _class_us(p["profile"], ("attention_decode",)) * 1e-6,
             p["point"],
         )
@@ -279,7 +285,7 @@ def pin_profile(folder, hw):
     kernels = pr["kernels_per_step"][len(pr["kernels_per_step"]) // 2]
     bytes_us = weight_bytes(1) / (eta_w * m.bw) * 1e6
     eta_kv = out["eta_kv"]["value"] if "eta_kv" in out else speed.c("eta_kv")
-    kv_us = m.kv_read_bytes(layers, 1, context(one)) / (eta_kv * m.bw) * 1e6
+    kv_us = m.kv_read_bytes(layers, 1, _profile_context(one)) / (eta_kv * m.bw) * 1e6
     out["tau_kernel_us"] = _pin(
         round((pr["span_us_median"] - bytes_us - kv_us) / kernels, 3),
         f"{src} ({one['point']})",
@@ -335,15 +341,12 @@ def pin_layer_extra(folder, hw, constant):
     one = next((p for p in points.values() if p["batch"] == 1), None)
     if one is None:
         raise SystemExit(f"{folder}: no batch-1 point to pin {constant} from")
-    _, plan = bench_predict.model(name, {"name": "tp1", "tp": 1, "args": {"load_format": "dummy"}}, hw, {})
-    plan["argv"] = doc.get("argv") or []
-    m, _ = speed.model_for(plan, hw)
+    m = _model({"layout": "tp1", "argv": doc.get("argv") or []}, hw, name)
     if not takes_path(m):
         raise SystemExit(f"{folder}: {name}'s plan on {hw['gpu_name']} does not take {path}")
     pr = one["profile"]
-    ctx = one["prompt_tokens"] + one["decoded_at_profile"] + pr["steps"] / 2
     with speed.overrides({constant: 0.0}):
-        terms = m.decode_terms(1, ctx)
+        terms = m.decode_terms(1, _profile_context(one))
     replay_us = (terms["step_s"] - terms["cpu"] - terms["fixed"]) * 1e6
     layers = int(m.stages[0]["layers"])
     return {
@@ -352,7 +355,7 @@ def pin_layer_extra(folder, hw, constant):
             f"{folder}/profile-summary.json ({one['point']})",
             f"{path}: (replay span {pr['span_us_median']:.1f} us - the model's replay {replay_us:.1f} us "
             f"with {m.k_layer} kernels a layer and the constants above) / {layers} layers",
-            f"PROFILE_MODEL={name} POINTS=1x256,16x256,8x2048 benchmarks/gpu_lease.sh profile  # {folder}",
+            _profile_cmd(name, folder),
         )
     }
 
@@ -363,8 +366,7 @@ def pin_elementwise(folder, hw):
     is 1 / (eta_elementwise x BW)."""
     doc, points = _profile_points(folder)
     name = _profiled_model(doc, "gemma-3-27b-text")
-    _, plan = bench_predict.model(name, {"name": "tp1", "tp": 1, "args": {"load_format": "dummy"}}, hw, {})
-    m, _ = speed.model_for(plan, hw)
+    m = _model({"layout": "tp1", "argv": doc.get("argv") or []}, hw, name)
     if not m.k_elementwise:
         raise SystemExit(f"{folder}: {name} has no unfused elementwise nodes (Arch.elementwise_per_layer)")
     pts = []
@@ -389,7 +391,7 @@ def pin_elementwise(folder, hw):
             f"elementwise kernel time per node against the bytes it moves ({name}, hidden {m.hidden}): "
             f"{how}; least-squares slope = 1 / (eta_elementwise x {m.bw / 1e9:.0f} GB/s), intercept "
             f"{intercept * 1e6:.2f} us",
-            f"PROFILE_MODEL={name} POINTS=1x256,16x256,8x2048 benchmarks/gpu_lease.sh profile  # {folder}",
+            _profile_cmd(name, folder),
         )
     }
 

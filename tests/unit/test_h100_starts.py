@@ -14,7 +14,7 @@ measurement:
   (mem_fraction_static 0.95) turns into 10 % of KV.
 
 Qwen3-30B-A3B's KV pool was 2.1 % above the plan on the H100 while the plan reserved 1 GiB of CUDA
-context for a one-GPU engine; these starts found 0.68-0.75 GiB in use before load
+context for a one-GPU engine; these starts found 0.69-0.76 GiB in use before load
 (memory.CUDA_CONTEXT_SINGLE_GPU_GIB), and with that the start is within 0.2 %.
 
 gpt-oss on SGLang's triton_kernels MXFP4 path (lease h100-2026-12-07b): with PyTorch's default

@@ -667,3 +667,30 @@ def test_a_plan_is_current_only_for_the_inputs_it_was_made_from(repo):
     assert not plan_current(made, {**inputs, "layouts": [{"name": "tp8", "tp": 8}, {"name": "pp8", "pp": 8}]})
     assert not plan_current(made, {**inputs, "hardware": {**SEED_BOX, "gpu_memory_gib": 80}})
     assert not plan_current({}, inputs) and not plan_current(None, inputs) and not plan_current(made, None)
+
+
+def test_the_one_gpu_context_is_what_the_real_starts_found(repo):
+    # torch's capacity less SGLang's `Load weight begin. avail mem` in every single-GPU start under
+    # tests/fixtures/sglang-0.5.16/ (a decode server that starts beside a prefill server on the same
+    # GPU finds much less free, and is left out): what memory.cuda_context_gib reserves for one GPU
+    import statistics
+
+    from sglang_layouts.estimate.memory import CUDA_CONTEXT_GIB, CUDA_CONTEXT_SINGLE_GPU_GIB, cuda_context_gib
+    from sglang_layouts.gate import logclass
+
+    capacity = {"H200": 139.80, "H100": 79.19}  # docs/gpu-memory.md; the H100 records' gpu block
+    found = []
+    for log in sorted((repo / "tests" / "fixtures" / "sglang-0.5.16").rglob("*.log")):
+        figures = {}
+        for line in log.read_text(errors="replace").splitlines():
+            figures.update(logclass.startup_figures(line))
+        free = figures.get("avail_gib_before_load")
+        if free is None:
+            continue
+        card = capacity["H200"] if free > capacity["H100"] else capacity["H100"]
+        if free > 0.9 * card:
+            found.append(card - free)
+    assert len(found) >= 29
+    assert min(found) > 0.6 and max(found) < 0.8, sorted(found)
+    assert statistics.median(found) == pytest.approx(CUDA_CONTEXT_SINGLE_GPU_GIB, abs=0.015)
+    assert (cuda_context_gib(1), cuda_context_gib(2)) == (CUDA_CONTEXT_SINGLE_GPU_GIB, CUDA_CONTEXT_GIB)

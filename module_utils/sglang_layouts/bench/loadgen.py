@@ -815,13 +815,14 @@ def summarize(levels, knee_fraction=KNEE_FRACTION, slo_max_rate=None):
 
 
 def discover(cfg, api_key=None):
-    """Ask the server what it is (best effort): /server_info. Its "answered" is whether /server_info
-    answered 200 (check_reachable then asks nothing more)."""
-    info = {}
+    """Ask the server what it is (best effort): (the figures of its /server_info, whether /server_info
+    answered 200)."""
+    info, answered = {}, False
     try:
         status, body = http_json(cfg["url"] + "/server_info", api_key=api_key, timeout=15)
         if status == 200 and isinstance(body, dict):
-            info = {"answered": True} | {
+            answered = True
+            info = {
                 k: body.get(k)
                 for k in (
                     "version",
@@ -839,7 +840,7 @@ def discover(cfg, api_key=None):
             }
     except (OSError, urllib.error.URLError, ValueError):
         pass
-    return info
+    return info, answered
 
 
 def learn_model(cfg, api_key=None):
@@ -854,13 +855,9 @@ def learn_model(cfg, api_key=None):
         cfg["model"] = body["data"][0]["id"]
 
 
-def check_reachable(cfg, api_key=None, server=None):
-    """The server answers. A /server_info that answered 200 (discover) says so; /health decides
-    otherwise (an engine without /server_info, or one that did not answer it). SGLang's /health runs
-    a one-token generation and sleeps 1 s before it looks at the answer (http_server.py
-    health_generate), a second of every layout's benchmark that the readiness gate has just spent."""
-    if (server or {}).get("answered"):
-        return
+def check_reachable(cfg, api_key=None):
+    """GET /health answers 200, else a BenchError that says whether the server is unreachable or not
+    ready."""
     try:
         status, _body = http_json(cfg["url"] + "/health", api_key=api_key, timeout=30)
     except (OSError, urllib.error.URLError) as exc:
@@ -941,9 +938,12 @@ def run_benchmark(cfg, api_key=None, progress=None, keep_requests=False):
     """Run every level of cfg (and the SLO search); returns {"summary", "levels", "config", "server", "formulas"}."""
     cfg = dict(cfg)
     cfg["_api_key"] = api_key
-    server = discover(cfg, api_key)
-    check_reachable(cfg, api_key, server)
-    server.pop("answered", None)
+    server, answered = discover(cfg, api_key)
+    # A /server_info that answered is proof enough that the server is there. SGLang's /health runs a
+    # one-token generation and sleeps 1 s before it looks at the answer (http_server.py
+    # health_generate): a second of every layout, right after the readiness gate's own /health.
+    if not answered:
+        check_reachable(cfg, api_key)
     learn_model(cfg, api_key)
     check_against_server(cfg, server)
     levels = []

@@ -13,8 +13,8 @@ from .model import GIB, STAGE_FIRST, STAGE_LAST, ModelSpec, PlanError, linear_by
 # ("Tried to allocate 672.00 MiB" with 93.62 GiB allocated on a 94.97 GiB card needs 0.69-1.35 GiB).
 CUDA_CONTEXT_GIB = 1.0
 # One GPU to an engine (no communicator): what SGLang finds in use before it loads, torch's capacity
-# less `Load weight begin. avail mem`. 0.67-0.75 GiB over 88 single-GPU starts of SGLang 0.5.16 on
-# H100s and H200s (the logs under tests/fixtures/ and benchmarks/results/), median 0.69.
+# less `Load weight begin. avail mem`: 0.67-0.76 GiB, median 0.69, over the 29 single-GPU starts of
+# SGLang 0.5.16 on H100s and H200s under tests/fixtures/ (test_planner checks it against them).
 CUDA_CONTEXT_SINGLE_GPU_GIB = 0.70
 
 

@@ -278,8 +278,9 @@ def plan_layout(
     stage_kv_tokens = []
     pools: list[dict] = []
     kv_gib_min = math.inf
-    # SGLang sizes its pool from the memory free before load (CUDA context gone);
-    # vLLM's utilization covers the whole card and its profiled activation peak.
+    # SGLang sizes its pool from the memory free before load (CUDA context gone: measured for one
+    # GPU, memory.cuda_context_gib); vLLM's utilization covers the whole card and its profiled
+    # activation peak, whose reserve was set beside the 1 GiB context (no vLLM start on a GPU yet).
     if eng.fraction_covers_activations:
         context = CUDA_CONTEXT_GIB
         reserve = context + eng.activation_reserve_gib
