@@ -100,7 +100,7 @@ def site(tmp_path, run_dir):
     (site / "ansible.cfg").write_text(
         "[defaults]\ncollections_path = ./collections\n"
         "stdout_callback = sglang.layouts.sglang_layouts\nretry_files_enabled = false\n"
-        "callbacks_enabled = sglang.layouts.sglang_layouts_preload\n"
+        "callbacks_enabled = sglang.layouts.sglang_layouts_preload, sglang.layouts.sglang_layouts_bytecode\n"
     )
     (site / "models" / "kimi-k2.6" / "config.json").write_text(
         (REPO / "models" / "kimi-k2.6" / "config.json").read_text()
@@ -144,9 +144,11 @@ def test_a_users_playbook_plans_sweeps_and_reports_with_the_installed_collection
     assert (installed / "MANIFEST.json").is_file() and (installed / "plugins" / "modules").is_dir()
 
     # the collection's own playbook, by FQCN: the plan and the unit previews, in ./plan by default;
-    # the enabled preload callback imports the library before the first task
+    # the enabled preload callback imports the library before the first task, and the bytecode
+    # callback is on from the collection too
     proc = _run([VENV_BIN / "ansible-playbook", "-vvv", "-i", "inventory", "sglang.layouts.plan"], site)
     assert "sglang_layouts_preload: the library is imported" in proc.stdout, proc.stdout[-3000:]
+    assert "sglang_layouts_bytecode: module payloads carry their Python compiled" in proc.stdout
     plan = json.loads((site / "plan" / "box.json").read_text())
     assert {e["name"]: e["verdict"] for e in plan["layouts"]} == {"tp8": "fits", "ep8": "fits"}
     assert sorted(p.name for p in (site / "plan" / "box").glob("*.service")) == [

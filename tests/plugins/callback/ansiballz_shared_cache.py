@@ -18,52 +18,15 @@ DOCUMENTATION = """
         guard a payload being written while another run reads it.
       - The payload depends on the module's and module_utils' files only, so the folder must live
         no longer than those files stay unchanged. The test session makes it and removes it.
-      - Each payload it caches also carries its Python files compiled (unchecked hash-based .pyc
-        beside each .py, PEP 552). A module process imports from the payload's zip, and zipimport
-        compiles a .py there on every import (it writes no bytecode back); py-spy put a sixth of a
-        sweep test's CPU in module processes compiling ansible.module_utils.basic and its imports.
-        A target whose Python has another magic number skips the .pyc and compiles the .py as before.
+      - The payloads carry their Python compiled, from callback_plugins/sglang_layouts_bytecode.py (on
+        the same callback path), which adds the .pyc files as a payload is built.
       - Unset, it does nothing. It changes no task and no result.
 """
 
-import base64
-import importlib.util
-import io
 import os
-import zipfile
-from importlib._bootstrap_external import _code_to_hash_pyc
 
 from ansible import constants as C
-from ansible.executor import module_common
 from ansible.plugins.callback import CallbackBase
-
-
-def with_bytecode(zip_data: bytes) -> bytes:
-    """A base64 AnsiballZ zip with a .pyc beside each .py (compiled by this Python)."""
-    src = zipfile.ZipFile(io.BytesIO(base64.b64decode(zip_data)))
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, mode="w", compression=zipfile.ZIP_DEFLATED) as dst:
-        for info in src.infolist():
-            data = src.read(info)
-            dst.writestr(info, data)
-            if info.filename.endswith(".py") and info.filename[:-3] + ".pyc" not in src.NameToInfo:
-                code = compile(data, info.filename, "exec", dont_inherit=True)
-                pyc = zipfile.ZipInfo(info.filename[:-3] + ".pyc", date_time=info.date_time)
-                pyc.compress_type = info.compress_type
-                dst.writestr(
-                    pyc, bytes(_code_to_hash_pyc(code, importlib.util.source_hash(data), checked=False))
-                )
-    return base64.b64encode(out.getvalue())
-
-
-def _dump_with_bytecode(dump):
-    def run(self, path):
-        # frozen dataclass: the payload this run uses right away is the cached one too
-        object.__setattr__(self, "zip_data", with_bytecode(self.zip_data))
-        dump(self, path)
-
-    run.with_bytecode = True
-    return run
 
 
 class CallbackModule(CallbackBase):
@@ -82,6 +45,3 @@ class CallbackModule(CallbackBase):
         if not os.path.lexists(link):
             os.makedirs(shared, exist_ok=True)
             os.symlink(shared, link)
-        # the workers that build payloads are forks of this process: they inherit the patch
-        if not getattr(module_common._CachedModule.dump, "with_bytecode", False):
-            module_common._CachedModule.dump = _dump_with_bytecode(module_common._CachedModule.dump)
