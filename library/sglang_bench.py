@@ -421,6 +421,10 @@ ansible_facts:
               description: The level's warm-up - requests (sent), at_once, max_new_tokens, seconds, failed,
                 timed_out, not_sent, limit_s, cut (true when level_warmup_timeout ended it); null without one.
               type: dict
+            first_wave_ttft_ms:
+              description: Median TTFT of each stream's first request (a concurrency level's first wave, its
+                largest prefill); null for a rate level.
+              type: float
             progress_gap_ms:
               description: Longest stretch with a completed request in flight and no output chunk on any stream
                 (the start of the level included); progress_gap_at_s says when it began.
@@ -428,7 +432,7 @@ ansible_facts:
             stall:
               description:
                 - The stall rule's verdict (formulas C(stall)) - detected, reasons, gap_limit_ms, ttft_limit_ms,
-                  ttft_above_limit_ms; when
+                  ttft_above_limit_ms, wave_limit_ms; when
                   detected also first (the first measurement's whole level entry), persisted (the second
                   measurement stalled too) and reasons_again. Null with stall_check off.
                 - When detected, every other figure of the level is the second measurement's (so are the summary,

@@ -79,6 +79,7 @@ def test_the_issues_level_is_a_stall_and_a_long_prefill_is_not():
         "gap_limit_ms": 4 * 6000.0 * 2,
         "ttft_limit_ms": None,
         "ttft_above_limit_ms": None,
+        "wave_limit_ms": None,
     }
     # nothing shorter than the floor is a stall
     assert bench_stall.stall_verdict(_level(4, 10.0, 1900.0), None)["detected"] is False
@@ -102,6 +103,12 @@ def test_with_the_level_warm_up_a_compiling_server_is_measured_warm():
     assert all(p["at"] + p["seconds"] < first_measured for p in pauses)
     assert lv4["warmup"]["requests"] == lv4["warmup"]["at_once"] == 4
     assert lv4["warmup"]["seconds"] >= COMPILE_S and lv4["warmup"]["cut"] is False
+    # the first wave: each stream's first request (the four sent at once)
+    firsts = {}
+    for r in sorted(lv4["requests"], key=lambda r: r["t_start"]):
+        firsts.setdefault(r["worker"], r["ttft_ms"])
+    middle = sorted(firsts.values())[1:3]
+    assert len(firsts) == 4 and lv4["first_wave_ttft_ms"] == pytest.approx(sum(middle) / 2)
     for lv in (lv1, lv4):
         assert lv["stall"]["detected"] is False and lv["progress_gap_ms"] < 1000 * FLOOR_S
     assert out["summary"]["stalled_levels"] == []
@@ -158,6 +165,9 @@ def test_a_stall_inside_a_warm_level_is_caught_and_a_repeated_one_said_so(persis
     assert lv["stall"]["detected"] is True and lv["stall"]["persisted"] is persists
     assert lv["stall"]["first"]["progress_gap_ms"] >= 1000 * (COMPILE_S - 0.5)
     assert (lv["progress_gap_ms"] >= 1000 * (COMPILE_S - 0.5)) is persists
+    # after a first wave of milliseconds, the fourth rule's limit is the floor: it finds the pause too
+    assert lv["stall"]["first"]["first_wave_ttft_ms"] < 1000 * FLOOR_S == lv["stall"]["wave_limit_ms"]
+    assert any("level's first wave of prompts" in r for r in lv["stall"]["reasons"])
     assert any("stalled again" in w for w in lv["warnings"]) is persists
 
 
@@ -256,6 +266,48 @@ def test_a_ttft_far_beyond_a_heavier_levels_is_a_stall():
     assert levels[1]["stall"]["detected"] is False
     # a queue explains a TTFT: a level above max_running_requests is not held to a lighter one's
     assert bench_stall.stall_verdict(levels[1], None, 8, above=levels[2])["detected"] is False
+
+
+def _first_wave(results):
+    return bench_stall.first_wave_ttft_ms(results)
+
+
+def test_the_first_wave_is_each_streams_first_request_where_it_completed():
+    results = [
+        dict(_req(0.00, 0.30, [0.01]), worker=0),
+        dict(_req(0.00, 0.50, [0.01]), worker=1),
+        dict(
+            _req(0.01, 9.00, [0.01], ok=False), worker=2
+        ),  # stream 2's first failed: no first wave of its own
+        dict(_req(0.40, 4.00, [0.01]), worker=0),  # stream 0's second: not the first wave
+        dict(_req(9.50, 0.20, [0.01]), worker=2),
+    ]
+    assert _first_wave(results) == pytest.approx(400.0)
+    assert _first_wave([dict(results[2])]) is None and _first_wave([]) is None
+
+
+STALLED_C16 = "benchmarks/results/h100-2026-12-07f/h100r-gpt-oss-120b/gpu-host/tp1-b.json"
+
+
+@pytest.mark.parametrize(("first_wave_ms", "caught"), [(300.0, True), (1390.0, True), (1400.0, False)])
+def test_a_pause_after_the_first_wave_is_a_stall(first_wave_ms, caught):
+    """Lease h100-2026-12-07f, gpt-oss-120b c16 (tp1-b): after the first 16 requests the server logged no
+    prefill for 6 s with 16 requests in flight (progress gap 5,575 ms, TTFT p50 2.9 s); the rules of the
+    sweep let it pass (4 x c1's 104 ms gap x 16 = 6,658 ms; 4 x 92 ms x 16 = 5,880 ms). The record holds no
+    first-wave TTFT (it predates the figure): whatever it was below 5,575 / 4 ms, the fourth rule finds it."""
+    levels, mrr = _record_levels(STALLED_C16)
+    c1, c16 = levels
+    assert [c1["concurrency"], c16["concurrency"], mrr] == [1, 16, 64]
+    assert bench_stall.stall_verdict(c16, c1, mrr)["detected"] is False and c16["stall"]["detected"] is False
+    v = bench_stall.stall_verdict(dict(c16, first_wave_ttft_ms=first_wave_ms), c1, mrr)
+    assert v["detected"] is caught and v["wave_limit_ms"] == pytest.approx(max(2000.0, 4 * first_wave_ms))
+    if caught:
+        assert v["reasons"] == [
+            f"no output on any stream for 5.6 s against {first_wave_ms / 1000:.2f} s for the level's first "
+            f"wave of prompts, its largest prefill (limit {max(2.0, 4 * first_wave_ms / 1000):.1f} s)"
+        ]
+    # a queue explains a pause too: above max_running_requests the rule holds back
+    assert bench_stall.stall_verdict(dict(c16, first_wave_ttft_ms=first_wave_ms), c1, 8)["detected"] is False
 
 
 def test_no_level_of_the_qwen3_and_kimi_records_is_called_stalled():

@@ -89,6 +89,8 @@ FORMULAS = {
     "seconds and none runs past it (cut: true, the level then runs anyway); recorded as levels[].warmup "
     "{requests, at_once, max_new_tokens, seconds, failed, timed_out, not_sent, limit_s, cut}; a level measured "
     "once more after a stall has no warm-up of its own (its first measurement warmed it)",
+    "first_wave_ttft_ms": "a concurrency level's median TTFT of each stream's first completed request (its first "
+    "wave: every stream's prompt at once, the largest prefill a closed loop makes); null for a rate level",
     "progress_gap_ms": "the longest stretch of a level during which at least one completed request was in flight "
     "(between its t_start and t_end) and no output-carrying chunk arrived on any stream; the stretch before a "
     "level's first token counts; progress_gap_at_s = when it began, in seconds after the level's first request",
@@ -101,9 +103,10 @@ FORMULAS = {
     "stall_min_s and > stall_factor x neighbour's ttft_ms p50 x concurrency / neighbour's concurrency; or (3) "
     "after the sweep, a concurrency level with no queue whose ttft_ms p50 > stall_min_s and > stall_factor x the "
     "ttft_ms p50 of its neighbour above (the next larger concurrency): such a level is measured once more at the "
-    "sweep's end. A stalled level is measured once more at once (own rids <prefix>-l<level>a2-r<n>, own prompts, /flush_cache, no "
+    "sweep's end; or (4) a concurrency level with no queue whose progress_gap_ms > stall_min_s and > stall_factor "
+    "x its own first_wave_ttft_ms. A stalled level is measured once more at once (own rids <prefix>-l<level>a2-r<n>, own prompts, /flush_cache, no "
     "warm-up); its figures, the summary, the report and the winners are the second measurement's; "
-    "levels[].stall = {detected, reasons, gap_limit_ms, ttft_limit_ms, ttft_above_limit_ms} and, when detected, first (the first "
+    "levels[].stall = {detected, reasons, gap_limit_ms, ttft_limit_ms, ttft_above_limit_ms, wave_limit_ms} and, when detected, first (the first "
     "measurement's whole level entry), persisted (the second measurement met the rule too: the level's own "
     "behaviour, not a cold server) and reasons_again; null with stall_check off",
     "dataset": "random: input_len / output_len fixed; random-range: lengths uniform in "

@@ -33,7 +33,15 @@ from .common import BenchError, is_number, parse_rate, rate_json, rate_label, sa
 from .formulas import FORMULAS
 from .schedule import ARRIVAL_RNGS, arrival_offsets, bench_serving_offsets, vllm_offsets
 from .slo import evaluate_slo, make_slo, max_met_rate, slo_search
-from .stall import STALL_FACTOR, STALL_MIN_S, neighbour_above, neighbour_below, progress_gap, stall_verdict
+from .stall import (
+    STALL_FACTOR,
+    STALL_MIN_S,
+    first_wave_ttft_ms,
+    neighbour_above,
+    neighbour_below,
+    progress_gap,
+    stall_verdict,
+)
 from .telemetry import TELEMETRY_INTERVAL_S, Telemetry, pd_counters, ttft_split
 from .workloads import make_dataset, make_workload, request_body
 
@@ -558,6 +566,7 @@ async def run_level(cfg, spec, index, progress=None, keep_requests=False, attemp
         r["asked_output_len"] = out
     level = summarize_level(cfg, concurrency, results, end - start, n, rate=rate)
     level["progress_gap_ms"], level["progress_gap_at_s"] = progress_gap(results)
+    level["first_wave_ttft_ms"] = first_wave_ttft_ms(results) if rate is None else None
     if rate is not None:
         sched = _schedule_report(rate, raws, offsets, sched_seed)
         sched["arrival_rng"] = cfg.get("arrival_rng", "python")

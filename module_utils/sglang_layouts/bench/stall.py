@@ -57,6 +57,21 @@ def progress_gap(results):
     return 1000.0 * best, at
 
 
+def first_wave_ttft_ms(results):
+    """The median TTFT (ms) of each stream's first request, where it completed: a closed-loop level's first
+    wave, every stream's prompt at once, the largest prefill the level makes. None without any."""
+    first = {}
+    for r in results:
+        w = r.get("worker")
+        if w is not None and (w not in first or r["t_start"] < first[w]["t_start"]):
+            first[w] = r
+    ttfts = sorted(1000.0 * r["ttft"] for r in first.values() if r.get("ok") and r.get("ttft") is not None)
+    if not ttfts:
+        return None
+    mid = len(ttfts) // 2
+    return ttfts[mid] if len(ttfts) % 2 else (ttfts[mid - 1] + ttfts[mid]) / 2
+
+
 def neighbour_below(levels, level):
     """The concurrency level measured before `level` with the largest concurrency below its own (None for a
     rate level, the first level, or a neighbour that completed nothing)."""
@@ -113,7 +128,7 @@ def stall_verdict(
     """{"detected", "reasons", "gap_limit_ms", "ttft_limit_ms", "ttft_above_limit_ms"} for one measured level
     (FORMULAS["stall"]).
 
-    Three rules, all deterministic over the figures:
+    Four rules, all deterministic over the figures:
     - progress gap: progress_gap_ms > min_s and > factor x the longest pause the level's load explains:
       max(its own ITL p90, the neighbour below's ITL p99, the neighbour below's progress_gap_ms x concurrency /
       its concurrency) (a batch's prefill grows at most linearly with the batch; the level's own ITL p99 is
@@ -126,7 +141,12 @@ def stall_verdict(
       it): a concurrency level with no queue whose TTFT p50 > min_s and > factor x the TTFT p50 that a
       heavier load got (more prompts per prefill batch never make the first token come sooner; a level
       that compiled a kernel for its own batch shape does: issue #28, gpt-oss-120b c16 2.95 s against
-      0.51 s at c64)."""
+      0.51 s at c64);
+    - the level's own first wave: a concurrency level with no queue whose progress gap > min_s and > factor
+      x its first_wave_ttft_ms (every stream's prompt prefilled at once, the largest prefill a closed loop
+      makes; a later stretch with no output on any stream that long is no prefill of this load: lease
+      h100-2026-12-07f, gpt-oss-120b c16, 5.6 s with nothing out after the first wave, where the
+      neighbour below's 0.10 s gap x 16 let 6.7 s pass)."""
     floor_ms = 1000.0 * min_s
     gap = level.get("progress_gap_ms")
     ttft = (level.get("ttft_ms") or {}).get("p50")
@@ -151,14 +171,23 @@ def stall_verdict(
         )
     # a level past the server's max_running_requests queues: its TTFT is the queue's, not a stall
     queued = isinstance(max_running_requests, int) and (level.get("concurrency") or 0) > max_running_requests
-    ttft_limit = above_limit = None
+    ttft_limit = above_limit = wave_limit = None
     if not queued:
         ttft_limit = _ttft_limit(ttft, below, scale, floor_ms, factor, "", reasons)
         above_limit = _ttft_limit(ttft, above, 1, floor_ms, factor, "the heavier ", reasons)
+        wave = level.get("first_wave_ttft_ms")
+        if wave is not None and level.get("mode", "concurrency") == "concurrency":
+            wave_limit = max(floor_ms, factor * wave)
+            if gap is not None and gap > wave_limit:
+                reasons.append(
+                    f"no output on any stream for {gap / 1000:.1f} s against {wave / 1000:.2f} s for the "
+                    f"level's first wave of prompts, its largest prefill (limit {wave_limit / 1000:.1f} s)"
+                )
     return {
         "detected": bool(reasons),
         "reasons": reasons,
         "gap_limit_ms": gap_limit,
         "ttft_limit_ms": ttft_limit,
         "ttft_above_limit_ms": above_limit,
+        "wave_limit_ms": wave_limit,
     }
