@@ -89,8 +89,8 @@ FORMULAS = {
     "seconds and none runs past it (cut: true, the level then runs anyway); recorded as levels[].warmup "
     "{requests, at_once, max_new_tokens, seconds, failed, timed_out, not_sent, limit_s, cut}; a level measured "
     "once more after a stall has no warm-up of its own (its first measurement warmed it)",
-    "first_wave_ttft_ms": "a concurrency level's median TTFT of each stream's first completed request (its first "
-    "wave: every stream's prompt at once, the largest prefill a closed loop makes); null for a rate level",
+    "first_wave_ttft_ms": "a concurrency level's median TTFT of each stream's first request, where it completed "
+    "(its first wave: every stream's prompt at once, the largest prefill a closed loop makes); null for a rate level",
     "progress_gap_ms": "the longest stretch of a level during which at least one completed request was in flight "
     "(between its t_start and t_end) and no output-carrying chunk arrived on any stream; the stretch before a "
     "level's first token counts; progress_gap_at_s = when it began, in seconds after the level's first request",

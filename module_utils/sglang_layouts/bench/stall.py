@@ -125,8 +125,8 @@ def _ttft_limit(ttft, neighbour, scale, floor_ms, factor, which, reasons):
 def stall_verdict(
     level, below=None, max_running_requests=None, min_s=STALL_MIN_S, factor=STALL_FACTOR, above=None
 ):
-    """{"detected", "reasons", "gap_limit_ms", "ttft_limit_ms", "ttft_above_limit_ms"} for one measured level
-    (FORMULAS["stall"]).
+    """{"detected", "reasons", "gap_limit_ms", "ttft_limit_ms", "ttft_above_limit_ms", "wave_limit_ms"} for one
+    measured level (FORMULAS["stall"]).
 
     Four rules, all deterministic over the figures:
     - progress gap: progress_gap_ms > min_s and > factor x the longest pause the level's load explains:
