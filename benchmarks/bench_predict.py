@@ -230,8 +230,8 @@ def record_gpu(rec) -> str:
 
 
 def stalled_levels(rec) -> set[int]:
-    """Indexes of the record's levels that the stall rule (bench_stall, every rule its figures allow) calls stalled but
-    the record kept as measured once: their figures time a compile, not the warm engine."""
+    """Indexes of the record's levels that the stall rule (bench_stall, every rule its figures allow) calls
+    stalled but the record kept as measured once: their figures time a compile, not the warm engine."""
     levels = rec.get("levels") or []
     mrr = ((rec.get("health") or {}).get("server_args") or {}).get("max_running_requests")
     done = [lv for lv in levels if lv.get("completed") and lv.get("ttft_ms") and lv.get("concurrency")]
