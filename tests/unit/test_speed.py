@@ -500,3 +500,21 @@ def test_a_moe_kernel_on_its_default_config_is_read_from_the_start_and_named_as_
     rec = {"health": {"log_figures": {"moe_default_config": 1}}, "prediction": {"parallel": {"tp": 1}}}
     assert any("default Triton config" in c for c in speed_check.causes(rec))
     assert not any("default Triton config" in c for c in speed_check.causes({"health": {"log_figures": {}}}))
+
+
+def test_a_long_pause_in_a_level_is_named_among_the_causes(repo):
+    """Lease h100-2026-12-07f: gpt-oss-120b's c16 levels paused 2.0 s (tp1-a, at the level's start) and 5.6 s
+    (tp1-b, after its first wave) with no output on any stream; the rows are slower than the hardware allows
+    and the pause is what their own figures show. Their c1 levels (0.16 and 0.10 s) name none."""
+    import json
+
+    folder = repo / "benchmarks/results/h100-2026-12-07f/h100r-gpt-oss-120b/gpu-host"
+    for name, seconds in (("tp1-a", "2.0"), ("tp1-b", "5.6")):
+        rec = json.loads((folder / f"{name}.json").read_text())
+        row = speed_check.check(rec)
+        assert row["speed_flag"] == "slower_than_hardware"
+        pauses = [c for c in row["speed_flag_causes"] if "with no output on any stream" in c]
+        assert pauses == [
+            f"{seconds} s with no output on any stream during level c16 (a kernel compiled for a new batch "
+            "shape, or another pause of the server): its figure times the pause"
+        ]

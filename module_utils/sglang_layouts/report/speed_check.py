@@ -2,12 +2,14 @@
 
 A real row whose measured figure is below SLOW x its prediction is `slower_than_hardware`, above
 FAST x it `faster_than_model`; `speed_flag_causes` lists what the record's own evidence points to
-(server arguments, the unit's environment, the interconnect, the levels' warnings, the routing).
+(server arguments, the unit's environment, the interconnect, the levels' warnings and pauses, the routing).
 """
 
 from __future__ import annotations
 
 import json
+
+from ..bench.stall import STALL_MIN_S
 
 SLOW, FAST = 0.6, 1.4
 
@@ -102,6 +104,15 @@ def causes(rec: dict) -> list[str]:
         text = json.dumps(lv.get("warnings") or []).lower()
         if "jit" in text or "compil" in text:
             out.append(f"a JIT compilation during level c{lv.get('concurrency')}")
+        # a pause the stall rule's floor calls long, in the figures the level kept (its only measurement,
+        # or a second one that paused too): that level's figure times the pause, not the warm engine
+        gap = lv.get("progress_gap_ms")
+        if gap is not None and gap > 1000.0 * STALL_MIN_S:
+            out.append(
+                f"{gap / 1000:.1f} s with no output on any stream during level c{lv.get('concurrency')} "
+                "(a kernel compiled for a new batch shape, or another pause of the server): its figure times "
+                "the pause"
+            )
     assumptions = " ".join(((rec.get("prediction") or {}).get("speed") or {}).get("assumptions") or [])
     if "correction-bias router" in assumptions:
         out.append("dummy weights with a correction-bias router: every token goes to the same experts")
