@@ -16,11 +16,10 @@ DOCUMENTATION = """
         A sweep runs about a dozen module calls per layout (preflight, start, gate, benchmark,
         check, stop), each paying that compile on the host.
       - This callback adds an unchecked hash-based C(.pyc) (PEP 552) beside each C(.py) of every
-        payload the controller builds, compiled by the controller's Python. Importing the
-        C(sglang_health) payload's modules took 0.13 s with them and 0.25-0.37 s without (Python 3.11,
-        2 cores). A host whose Python has another magic number ignores the C(.pyc) and compiles the
-        C(.py) as before, so the payload is only larger (about twice; turn this off where the
-        hosts' Python differs from the controller's and the link is slow).
+        payload the controller builds, compiled by the controller's Python, once per payload. A host
+        whose Python has another magic number ignores the C(.pyc) and compiles the C(.py) as before,
+        so there the payload is only larger (several times, compiled code deflates less than source);
+        turn this off where the hosts' Python differs from the controller's and the link is slow.
       - It changes no task and no result. A file the controller's Python cannot compile keeps its
         source alone; an Ansible whose payload cache is not the one this callback knows is left as
         it is.

@@ -268,10 +268,6 @@ def test_a_ttft_far_beyond_a_heavier_levels_is_a_stall():
     assert bench_stall.stall_verdict(levels[1], None, 8, above=levels[2])["detected"] is False
 
 
-def _first_wave(results):
-    return bench_stall.first_wave_ttft_ms(results)
-
-
 def test_the_first_wave_is_each_streams_first_request_where_it_completed():
     results = [
         dict(_req(0.00, 0.30, [0.01]), worker=0),
@@ -282,8 +278,9 @@ def test_the_first_wave_is_each_streams_first_request_where_it_completed():
         dict(_req(0.40, 4.00, [0.01]), worker=0),  # stream 0's second: not the first wave
         dict(_req(9.50, 0.20, [0.01]), worker=2),
     ]
-    assert _first_wave(results) == pytest.approx(400.0)
-    assert _first_wave([dict(results[2])]) is None and _first_wave([]) is None
+    assert bench_stall.first_wave_ttft_ms(results) == pytest.approx(400.0)
+    assert bench_stall.first_wave_ttft_ms([results[2]]) is None
+    assert bench_stall.first_wave_ttft_ms([]) is None
 
 
 STALLED_C16 = "benchmarks/results/h100-2026-12-07f/h100r-gpt-oss-120b/gpu-host/tp1-b.json"

@@ -175,8 +175,8 @@ def stall_verdict(
     if not queued:
         ttft_limit = _ttft_limit(ttft, below, scale, floor_ms, factor, "", reasons)
         above_limit = _ttft_limit(ttft, above, 1, floor_ms, factor, "the heavier ", reasons)
-        wave = level.get("first_wave_ttft_ms")
-        if wave is not None and level.get("mode", "concurrency") == "concurrency":
+        wave = level.get("first_wave_ttft_ms")  # None for a rate level (loadgen.run_level)
+        if wave is not None:
             wave_limit = max(floor_ms, factor * wave)
             if gap is not None and gap > wave_limit:
                 reasons.append(
